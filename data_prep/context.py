@@ -1,0 +1,99 @@
+"""What every dataset loader shares: the data root, the split rule, the error policy and the counters."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from veracity.data_prep import readers
+from veracity.data_prep.errors import DataError, ErrorPolicy
+from veracity.data_prep.rows import RawRow
+from veracity.data_prep.schema import NLI_LABELS, TERNARY_LABELS, Record, to_nli, to_ternary
+from veracity.data_prep.splits import SplitSpec
+
+logger = logging.getLogger(__name__)
+R = TypeVar("R", bound=Record)
+
+
+@dataclass
+class LoadContext:
+    """State of one preparation run, handed to every loader."""
+
+    data_root: Path
+    splits: SplitSpec = field(default_factory=SplitSpec)
+    policy: ErrorPolicy = field(default_factory=ErrorPolicy)
+    # output name -> event -> count ("filtered:empty_claim", "kept:evidence_text_unresolved", ...)
+    events: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    inputs: dict[str, list[Path]] = field(default_factory=lambda: defaultdict(list))
+
+    def path(self, relative: str) -> Path:
+        """A file under the data root; a missing file is an error that says which root was searched."""
+        path = self.data_root / relative
+        if not path.exists():
+            raise DataError(path, None, f"not found under data root {self.data_root} (set --data_root)")
+        return path
+
+    def origin(self, path: Path, line: int) -> str:
+        try:
+            rel = path.relative_to(self.data_root)
+        except ValueError:
+            rel = Path(path.name)
+        return f"{rel.as_posix()}:{line}"
+
+    def rows(self, output: str, path: Path, fmt: str = "jsonl", **kwargs: object) -> Iterator[RawRow]:
+        """Yield the raw rows of ``path`` (``jsonl``, ``json`` array, ``tsv`` or ``csv``) for ``output``."""
+        self.inputs[output].append(path)
+        if fmt == "jsonl":
+            source = readers.read_jsonl(path, self.policy)
+        elif fmt == "json":
+            source = readers.read_json_array(path, self.policy)
+        elif fmt in ("tsv", "csv"):
+            delimiter = "\t" if fmt == "tsv" else ","
+            source = readers.read_delimited(path, delimiter, policy=self.policy, **kwargs)  # type: ignore[arg-type]
+        else:
+            raise ValueError(f"unknown format {fmt!r}")
+        for line, data in source:
+            yield RawRow(str(path), line, data, self.origin(path, line))
+
+    def convert(self, rows: Iterable[RawRow], fn: Callable[[RawRow], R | list[R] | None]) -> list[R]:
+        """Apply ``fn`` to each row; a DataError goes to the policy (raise, or skip and count)."""
+        out: list[R] = []
+        for row in rows:
+            try:
+                result = fn(row)
+            except DataError as error:
+                self.policy.handle(error)
+                continue
+            if result is None:
+                continue
+            out.extend(result if isinstance(result, list) else [result])
+        return out
+
+    def drop(self, output: str, reason: str) -> None:
+        """Count a record that is filtered on purpose (not an error), e.g. an empty claim."""
+        self.events[output][f"filtered:{reason}"] += 1
+
+    def note(self, output: str, event: str) -> None:
+        """Count something worth reporting about kept records (e.g. evidence text that could not be resolved)."""
+        self.events[output][f"kept:{event}"] += 1
+
+    def ternary(self, row: RawRow, name: str, value: object | None = None) -> str:
+        value = row.data.get(name) if value is None else value
+        label = to_ternary(value)
+        if label is None:
+            raise row.error(f"unknown label {value!r} (expected a variant of {list(TERNARY_LABELS)})", field=name)
+        return label
+
+    def nli(self, row: RawRow, name: str) -> str:
+        value = row.data.get(name)
+        label = to_nli(value)
+        if label is None:
+            raise row.error(f"unknown NLI label {value!r} (expected one of {list(NLI_LABELS)})", field=name)
+        return label
+
+    def split(self, group_key: str) -> str:
+        return self.splits.assign(group_key)

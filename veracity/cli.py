@@ -1,0 +1,52 @@
+"""The ``veracity`` command: dispatches to each job's ``main(argv)``, imported lazily so ``--help`` is instant.
+
+Usage: veracity <command> [args]      (veracity <command> --help for its options)
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+# command -> (module, what it does). Sub-commands (``train sft``) resolve to "<module>.<sub>".
+COMMANDS: dict[str, tuple[str, str]] = {
+    "prep": ("veracity.data_prep.prepare", "prepare every dataset into validated records + manifest"),
+    "models": ("veracity.models.registry", "list / resolve / materialize the models of each role"),
+    "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
+    "index": ("", "build / search retrieval indexes (not yet: retrieval issue)"),
+    "train": ("", "SFT, DPO, NLI verifier, calibrator training (not yet: training issue)"),
+    "infer": ("", "batch inference with the pipelines (not yet: engines issue)"),
+    "eval": ("", "checkpoint and retrieval evaluation (not yet: training/retrieval issues)"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: veracity <command> [options]", "", "commands:"]
+    lines += [f"  {name:8} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        print(f"veracity: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, help_text = COMMANDS[command]
+    if not module_name:
+        print(f"veracity {command}: not available yet — {help_text}", file=sys.stderr)
+        return 2
+    from veracity.logs import setup_logging
+
+    setup_logging()
+    module = importlib.import_module(module_name)
+    module.main(rest)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
