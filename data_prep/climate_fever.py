@@ -27,7 +27,8 @@ def _evidences(ctx: LoadContext, row: RawRow) -> list[tuple[EvidencePassage, str
             raise row.error(f"evidence {index} is not an object", field="evidences")
         for name in ("evidence_id", "evidence", "article", "evidence_label"):
             if not isinstance(ev.get(name), str):
-                raise row.error(f"evidence {index}: '{name}' missing or not a string", field=f"evidences[{index}].{name}")
+                raise row.error(f"evidence {index}: '{name}' missing or not a string",
+                                field=f"evidences[{index}].{name}")
         label = ctx.ternary(row, f"evidences[{index}].evidence_label", ev["evidence_label"])
         url = "https://en.wikipedia.org/wiki/" + ev["article"].replace(" ", "_")
         passage = EvidencePassage(text=ev["evidence"], title=ev["article"], url=url, passage_id=ev["evidence_id"])

@@ -142,7 +142,8 @@ def prepare(config: PrepConfig) -> dict[str, object]:
         manifest["outputs"][name] = summarize(name, records, ctx, digest)  # type: ignore[index]
     skipped_path = out_dir / "skipped.jsonl"
     if ctx.policy.skipped:
-        write_jsonl(skipped_path, (e.as_record() for e in ctx.policy.skipped))
+        ordered = sorted(ctx.policy.skipped, key=lambda e: (e.path, e.line or 0))
+        write_jsonl(skipped_path, (e.as_record() for e in ordered))
     elif skipped_path.exists():
         skipped_path.unlink()
     write_json(out_dir / "manifest.json", manifest)

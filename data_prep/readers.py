@@ -22,7 +22,8 @@ def _decode_line(path: Path, number: int, raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise DataError(path, number, f"not valid UTF-8 (byte {err.start}: {raw[err.start:err.start + 1]!r})")
+        bad = raw[err.start : err.start + 1]
+        raise DataError(path, number, f"not valid UTF-8 (byte {err.start}: {bad!r})") from None
 
 
 def read_jsonl(path: str | Path, policy: ErrorPolicy | None = None) -> Iterator[tuple[int, Row]]:

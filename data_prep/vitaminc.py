@@ -22,7 +22,9 @@ def load_vitaminc(ctx: LoadContext) -> dict[str, list[Record]]:
         rows += [(source_split, row) for f in files for row in ctx.rows("vitaminc", ctx.path(f))]
     return {
         "vitaminc": convert_vitaminc_rows(ctx, rows, "vitaminc"),
-        "sufficient_facts_vitaminc": load_sufficient_facts(ctx, "sufficient_facts_vitaminc", SUFFICIENT_FACTS_VITAMINC),
+        "sufficient_facts_vitaminc": load_sufficient_facts(
+            ctx, "sufficient_facts_vitaminc", SUFFICIENT_FACTS_VITAMINC
+        ),
     }
 
 

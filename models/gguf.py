@@ -1,0 +1,52 @@
+"""Convert a GGUF chat model (the embedded SmolLM2) into a plain transformers folder, once.
+
+transformers loads GGUF by dequantizing it, but refuses ``save_pretrained`` on such a model; and serving or
+re-loading the GGUF every time is slow. So we dequantize once: drop ``quantization_config``, rebuild the model
+from its config, load the dequantized state dict, tie weights, save (PLATFORM.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+COMPLETED = "COMPLETED"
+
+
+def convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> Path:
+    """Write a transformers folder for ``gguf_dir/gguf_file`` at ``target`` (atomically; skip if done)."""
+    if (target / COMPLETED).exists():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("converting %s/%s into %s (once)", gguf_dir, gguf_file, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    result = model.load_state_dict(quantized.state_dict(), strict=False)
+    # Only a tied output head may be absent from the GGUF; anything else means a broken conversion.
+    missing = set(result.missing_keys) - {"lm_head.weight"}
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"GGUF conversion mismatch: missing {sorted(missing)}, unexpected {result.unexpected_keys}")
+    model.tie_weights()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / COMPLETED).write_text(f"converted from {gguf_file}\n")
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

@@ -1,0 +1,33 @@
+"""Session-wide test setup: offline, one thread, temp caches; tiny data built once per session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fixture_data import build_data_root  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _isolated_caches(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    hf_home = tmp_path_factory.getbasetemp() / "hf_home"
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny data root in the shipped layout (read-only by convention: copy it to mutate)."""
+    return build_data_root(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture()
+def mutable_data_root(tmp_path: Path) -> Path:
+    return build_data_root(tmp_path / "data")

@@ -1,0 +1,65 @@
+"""Hub dataset names go through the same converters (a fake load_dataset stands in for the download)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from veracity.data_prep import hub
+from veracity.data_prep.prepare import PrepConfig, prepare
+from veracity.io import read_jsonl
+
+HUB_ROWS = {
+    "tals/vitaminc": [
+        {"unique_id": "c1_1", "case_id": "c1", "claim": "A is B .", "evidence": "A is B .", "label": "SUPPORTS",
+         "page": "A", "revision_type": "real"},
+        {"unique_id": "c1_2", "case_id": "c1", "claim": "A is C .", "evidence": "A is B .", "label": "REFUTES",
+         "page": "A", "revision_type": "real"},
+    ],
+    # One row per evidence pointer, as the hub's fever v1.0 gives it.
+    "fever": [
+        {"id": 7, "label": "SUPPORTS", "claim": "X is Y.", "evidence_annotation_id": 1, "evidence_id": 10,
+         "evidence_wiki_url": "X", "evidence_sentence_id": 0},
+        {"id": 7, "label": "SUPPORTS", "claim": "X is Y.", "evidence_annotation_id": 2, "evidence_id": 11,
+         "evidence_wiki_url": "X", "evidence_sentence_id": 3},
+        {"id": 8, "label": "NOT ENOUGH INFO", "claim": "Z.", "evidence_annotation_id": 3, "evidence_id": -1,
+         "evidence_wiki_url": "", "evidence_sentence_id": -1},
+    ],
+}
+
+
+@pytest.fixture()
+def fake_hub(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    calls: list[tuple] = []
+
+    def load(name: str, config: str | None, split: str) -> list[dict]:
+        calls.append((name, config, split))
+        return HUB_ROWS[name]
+
+    monkeypatch.setattr(hub, "_load_dataset", load)
+    return calls
+
+
+def test_hub_vitaminc_and_fever(fake_hub: list[tuple], data_root: Path, tmp_path: Path) -> None:
+    config = PrepConfig(data_root=str(data_root), output_dir=str(tmp_path), datasets=["watclaimcheck"],
+                        hub=["tals/vitaminc:validation", "fever:labelled_dev"])
+    manifest = prepare(config)
+    assert fake_hub == [("tals/vitaminc", None, "validation"), ("fever", "v1.0", "labelled_dev")]
+    vitc = list(read_jsonl(tmp_path / "hub_tals_vitaminc_validation.jsonl"))
+    assert [(r["id"], r["label"], r["group_id"], r["source_split"]) for r in vitc] == [
+        ("vitc-c1_1", "SUPPORTS", "c1", "validation"), ("vitc-c1_2", "REFUTES", "c1", "validation")]
+    assert vitc[0]["origin"] == "hf:tals/vitaminc/validation:1"
+    fever = list(read_jsonl(tmp_path / "hub_fever_labelled_dev.jsonl"))
+    assert [(r["id"], r["evidence_sets"]) for r in fever] == [("fever-7", [["X:0"], ["X:3"]]), ("fever-8", [])]
+    assert manifest["outputs"]["hub_fever_labelled_dev"]["records"] == 2
+
+
+def test_hub_errors(fake_hub: list[tuple], data_root: Path) -> None:
+    from veracity.data_prep.context import LoadContext
+
+    ctx = LoadContext(data_root=data_root)
+    with pytest.raises(ValueError, match="no converter"):
+        hub.load_hub(ctx, "someone/else:train")
+    with pytest.raises(ValueError, match="lacks a split"):
+        hub.load_hub(ctx, "tals/vitaminc")

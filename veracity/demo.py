@@ -1,0 +1,77 @@
+"""The main job on embedded defaults: run every stage that exists, on the shipped data, and say what it made.
+
+Usage: veracity demo [--output_dir runs/demo] [--data_root ../shared/data]
+
+Stages so far: (1) data preparation of every shipped dataset; (2) the embedded model of every role, resolved
+(the SmolLM2 GGUF is converted once into the cache) and checked by a tiny real use. Later capabilities
+(indexes, training recipes, pipelines, evaluation) add their stages here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DemoConfig:
+    output_dir: str = field(default="runs/demo", metadata={"help": "Run directory of the demo."})
+    data_root: str | None = field(default=None, metadata={"help": "Raw data root (default ../shared/data)."})
+    skip_models: bool = field(default=False, metadata={"help": "Only run the data stage."})
+
+
+def stage_prep(config: DemoConfig) -> None:
+    from veracity.data_prep.prepare import PrepConfig, format_summary, prepare
+
+    prep = PrepConfig(data_root=config.data_root, output_dir=str(Path(config.output_dir) / "prep"))
+    manifest = prepare(prep)
+    print(format_summary(manifest))
+    print(f"-> records and manifest.json in {prep.output_dir}\n")
+
+
+def stage_models() -> None:
+    from veracity.models.registry import ROLES, ModelNotFoundError, resolve_model
+
+    for role in ROLES:
+        start = time.perf_counter()
+        try:
+            path = resolve_model(role)
+        except ModelNotFoundError as error:
+            print(f"{role:13} not available: {error}")
+            continue
+        print(f"{role:13} {path}  ({time.perf_counter() - start:.1f} s)")
+    _smoke_chat_lm(resolve_model("chat_lm"))
+    print()
+
+
+def _smoke_chat_lm(path: Path) -> None:
+    """One greedy answer from the embedded chat model, to show the converted folder really generates."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    messages = [{"role": "user", "content": "Is Paris the capital of France? Answer yes or no."}]
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                           return_dict=True)
+    output = model.generate(**inputs, max_new_tokens=8, do_sample=False)
+    answer = tokenizer.decode(output[0][inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    print(f"chat_lm says: {answer.strip()!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from veracity.config import parse_config
+    from veracity.rundir import write_run_config
+
+    (config,) = parse_config((DemoConfig,), argv, prog="veracity demo")
+    write_run_config(config.output_dir, config, job="demo")
+    print("== 1. data preparation")
+    stage_prep(config)
+    if not config.skip_models:
+        print("== 2. embedded models")
+        stage_models()
+    print(f"demo finished; everything is under {config.output_dir}")
