@@ -11,6 +11,7 @@ import hashlib
 import re
 from pathlib import Path
 
+from veracity.data_prep.benchmarks import evidence_retrieval_benchmark
 from veracity.data_prep.context import LoadContext
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.rows import RawRow
@@ -28,11 +29,19 @@ REACT = "fever/react_wikipedia_observations.shared.jsonl"
 
 def load_fever(ctx: LoadContext, wiki_pages: Path | None = None) -> dict[str, list[Record]]:
     """All FEVER-derived outputs, keyed by output name."""
+    symmetric = load_symmetric(ctx)
+    sufficient = load_sufficient_facts(ctx, "sufficient_facts_fever", SUFFICIENT_FACTS_FEVER)
+    originals = [e for e in sufficient if e.meta.get("variant") == "original"]
+    corpus, queries = evidence_retrieval_benchmark(symmetric + originals, "fever_evidence")
+    for name in ("fever_evidence_corpus", "fever_evidence_queries"):
+        ctx.inputs[name] = ctx.inputs["fever_symmetric"] + ctx.inputs["sufficient_facts_fever"]
     return {
         "fever_paper_dev": load_paper_dev(ctx, wiki_pages),
-        "fever_symmetric": load_symmetric(ctx),
-        "sufficient_facts_fever": load_sufficient_facts(ctx, "sufficient_facts_fever", SUFFICIENT_FACTS_FEVER),
+        "fever_symmetric": symmetric,
+        "sufficient_facts_fever": sufficient,
         "fever_wiki_paragraphs": load_react_paragraphs(ctx),
+        "fever_evidence_corpus": corpus,
+        "fever_evidence_queries": queries,
     }
 
 

@@ -31,3 +31,25 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture()
 def mutable_data_root(tmp_path: Path) -> Path:
     return build_data_root(tmp_path / "data")
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT sentence encoder (hidden 32, 2 layers) with the embedded MiniLM's vocabulary."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    from veracity.models.registry import resolve_model
+
+    base = tmp_path_factory.mktemp("tiny_bert")
+    tokenizer = BertTokenizerFast.from_pretrained(resolve_model("embedder"))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(base / "hf")
+    tokenizer.save_pretrained(base / "hf")
+    word = models.Transformer(str(base / "hf"), max_seq_length=64)
+    encoder = SentenceTransformer(modules=[word, models.Pooling(32, "mean")], device="cpu")
+    encoder.save(str(base / "st"))
+    return base / "st"

@@ -25,6 +25,8 @@ GOLDEN: dict[str, tuple[int, str]] = {
     "climate_fever_corpus": (2, "44d2f68b0efafd29ed6af81a0eee2aada75a6368d5e08264c3c6b02f31a6e646"),
     "climate_fever_evidence": (3, "71afefdba85344386c06879c4c38ad296a1bbdbef27e17d9f1e720ad70a7aaa5"),
     "climate_fever_queries": (2, "fc7f1f7d6d27b9d190535da58da0f7926c2a5cd8c1abf0431b8e01a38de0e80e"),
+    "fever_evidence_corpus": (4, "83ed039f1e622deb1c1ad0990945a21d37af29abecc4fd71ea11157da8216db8"),
+    "fever_evidence_queries": (4, "2bdbf1127dca4d30136cc5a943cbcd285ddff4d665d1b6dfbd9819562650573a"),
     "fever_paper_dev": (3, "fc16d2945f92afd913a0b82177b4a785cdee655deac694e0fc199ffb9c96feb3"),
     "fever_symmetric": (4, "b4ae625726b7ba0cae48384099a712464b4afd3cda35cdbc14a2ca55904a4349"),
     "fever_wiki_paragraphs": (1, "137448e5172b89d4fe7f04415899031eb406ff29ae513ddf8b5fc4a75743110c"),
@@ -239,3 +241,13 @@ def test_claim_example_type() -> None:
     example = ClaimExample(id="x", claim="c", label="SUPPORTS", evidence_text="e", source="s", split="dev",
                            origin="f:1")
     assert ClaimExample.from_dict(example.to_dict()) == example
+
+
+def test_fever_evidence_retrieval_benchmark(prepared: tuple[Path, dict]) -> None:
+    out, _ = prepared
+    corpus = {d["doc_id"]: d["text"] for d in records(out, "fever_evidence_corpus")}
+    queries = records(out, "fever_evidence_queries")
+    assert len(corpus) == 4  # 2 distinct FEVER-Symmetric evidence sentences (shared by dev and test) + 2 originals
+    by_claim = {q["text"]: [corpus[g] for g in q["gold_ids"]] for q in queries}
+    assert by_claim["Daggering is death metal ."] == ["Evidence one .", "Evidence two ."]
+    assert by_claim["Hezbollah got training from Iran."] == ["Hezbollah gets training from Iran ."]

@@ -9,15 +9,18 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# command -> (module, what it does). Sub-commands (``train sft``) resolve to "<module>.<sub>".
+# command -> (module, what it does); a command with sub-commands maps to {sub: module} in SUBCOMMANDS.
 COMMANDS: dict[str, tuple[str, str]] = {
     "prep": ("veracity.data_prep.prepare", "prepare every dataset into validated records + manifest"),
     "models": ("veracity.models.registry", "list / resolve / materialize the models of each role"),
     "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
-    "index": ("", "build / search retrieval indexes (not yet: retrieval issue)"),
+    "index": ("veracity.infer.retrieval.cli", "build / search retrieval indexes (BM25, FAISS, fusion, rerank)"),
     "train": ("", "SFT, DPO, NLI verifier, calibrator training (not yet: training issue)"),
     "infer": ("", "batch inference with the pipelines (not yet: engines issue)"),
-    "eval": ("", "checkpoint and retrieval evaluation (not yet: training/retrieval issues)"),
+    "eval": ("@eval", "evaluation: `eval retrieval` (checkpoint evaluation: not yet, training issue)"),
+}
+SUBCOMMANDS: dict[str, dict[str, str]] = {
+    "@eval": {"retrieval": "veracity.infer.retrieval.evaluate"},
 }
 
 
@@ -37,6 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"veracity: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module_name, help_text = COMMANDS[command]
+    if module_name in SUBCOMMANDS:
+        choices = SUBCOMMANDS[module_name]
+        if not rest or rest[0] not in choices:
+            print(f"usage: veracity {command} {{{','.join(choices)}}} [options]", file=sys.stderr)
+            return 2
+        module_name, rest = choices[rest[0]], rest[1:]
     if not module_name:
         print(f"veracity {command}: not available yet — {help_text}", file=sys.stderr)
         return 2

@@ -1,0 +1,142 @@
+"""Dense retrieval: a sentence-transformers encoder and a FAISS inner-product index (exact or HNSW).
+
+Vectors are L2-normalized, so inner product = cosine. Queries and documents may carry different prefixes
+(multilingual-e5-large-instruct wants an instruction before queries only; SPEC §3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from veracity.infer.retrieval.fusion import Hits
+
+logger = logging.getLogger(__name__)
+
+E5_INSTRUCT_QUERY_PREFIX = (
+    "Instruct: Given a social media post that paraphrases a scientific finding, retrieve the scientific paper it "
+    "refers to.\nQuery: "
+)
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """Which encoder and how it is fed. ``model`` is a role name, local path or hub id (models.registry)."""
+
+    model: str = "embedded"
+    query_prefix: str = ""
+    doc_prefix: str = ""
+    max_length: int = 256
+    batch_size: int = 64
+
+
+def model_fingerprint(folder: Path) -> str:
+    """A short hash of a model folder's configuration and weight sizes: detects a different model at load."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and (path.suffix == ".json" or path.name.endswith((".safetensors", ".bin", ".onnx"))):
+            digest.update(path.relative_to(folder).as_posix().encode())
+            digest.update(path.read_bytes() if path.suffix == ".json" else str(path.stat().st_size).encode())
+    return digest.hexdigest()[:16]
+
+
+class DenseEncoder:
+    """Batched, normalized sentence embeddings."""
+
+    def __init__(self, spec: EncoderSpec, show_progress: bool = False):
+        from sentence_transformers import SentenceTransformer
+
+        from veracity.models.registry import resolve_model
+
+        self.spec = spec
+        self.folder = resolve_model("embedder", spec.model)
+        self.fingerprint = model_fingerprint(self.folder)
+        self.model = SentenceTransformer(str(self.folder), device="cpu")
+        self.model.max_seq_length = spec.max_length
+        self.show_progress = show_progress
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.get_embedding_dimension())
+
+    def _encode(self, texts: Sequence[str], prefix: str) -> np.ndarray:
+        vectors = self.model.encode(
+            [prefix + t for t in texts], batch_size=self.spec.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=self.show_progress,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, self.spec.query_prefix)
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, self.spec.doc_prefix)
+
+    def describe(self) -> dict[str, object]:
+        return {**asdict(self.spec), "fingerprint": self.fingerprint, "dim": self.dim}
+
+
+@dataclass(frozen=True)
+class FaissParams:
+    kind: str = "hnsw"  # "flat" (exact) or "hnsw"
+    m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("flat", "hnsw"):
+            raise ValueError(f"faiss kind must be 'flat' or 'hnsw', got {self.kind!r}")
+
+
+def new_faiss_index(dim: int, params: FaissParams) -> faiss.Index:
+    if params.kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    index = faiss.IndexHNSWFlat(dim, params.m, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = params.ef_construction
+    index.hnsw.efSearch = params.ef_search
+    return index
+
+
+class DenseIndex:
+    """FAISS index over document vectors, rows aligned with ``doc_ids``."""
+
+    def __init__(self, index: faiss.Index, params: FaissParams, doc_ids: list[str]):
+        if index.ntotal != len(doc_ids):
+            raise ValueError(f"faiss index holds {index.ntotal} vectors for {len(doc_ids)} doc ids")
+        self.index, self.params, self.doc_ids = index, params, doc_ids
+
+    @classmethod
+    def from_vectors(cls, vectors: np.ndarray, doc_ids: Sequence[str], params: FaissParams) -> DenseIndex:
+        index = new_faiss_index(vectors.shape[1], params)
+        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        return cls(index, params, list(doc_ids))
+
+    def set_ef_search(self, ef_search: int) -> None:
+        if self.params.kind == "hnsw":
+            self.index.hnsw.efSearch = ef_search
+
+    def search_vectors(self, vectors: np.ndarray, k: int = 100) -> list[Hits]:
+        k = min(k, len(self.doc_ids))
+        if k == 0 or len(vectors) == 0:
+            return [[] for _ in range(len(vectors))]
+        scores, indices = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+        return [
+            [(self.doc_ids[i], float(s)) for i, s in zip(row_i, row_s, strict=True) if i >= 0]
+            for row_i, row_s in zip(indices, scores, strict=True)
+        ]
+
+    def save(self, path: Path) -> None:
+        faiss.write_index(self.index, str(path))
+
+    @classmethod
+    def load(cls, path: Path, params: FaissParams, doc_ids: list[str]) -> DenseIndex:
+        index = faiss.read_index(str(path))
+        dense = cls(index, params, doc_ids)
+        dense.set_ef_search(params.ef_search)
+        return dense

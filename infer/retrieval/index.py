@@ -1,0 +1,199 @@
+"""Self-describing retrieval index folders: BM25 and/or FAISS over a corpus of ``CorpusDocument`` records.
+
+Folder layout::
+
+    index_meta.json   format, corpus path + sha256 + count, text settings, sparse/dense parameters, model id
+                      and fingerprint
+    doc_ids.json      row → doc_id
+    bm25/             bm25s arrays (no pickle)
+    dense.faiss       FAISS index
+
+Loading checks the corpus hash and the encoder fingerprint: an index built from another corpus or model is an
+error, not a silent mismatch. The corpus is streamed in batches, so memory grows with the index, not the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from veracity.infer.retrieval.analyzers import Analyzer
+from veracity.infer.retrieval.dense import DenseEncoder, DenseIndex, EncoderSpec, FaissParams, new_faiss_index
+from veracity.infer.retrieval.sparse import BM25Index, BM25Params
+from veracity.io import atomic_writer, sha256_file
+
+logger = logging.getLogger(__name__)
+FORMAT_VERSION = 1
+
+
+class IndexMismatchError(ValueError):
+    """The index was built from another corpus or with another model than the one given."""
+
+
+@dataclass
+class IndexSettings:
+    """How to index a corpus (fields double as the ``veracity index build`` options)."""
+
+    sparse: bool = field(default=True, metadata={"help": "Build the BM25 index."})
+    dense: bool = field(default=True, metadata={"help": "Build the FAISS index."})
+    include_title: bool = field(default=True, metadata={"help": "Index 'title. text' rather than the text alone."})
+    analyzer: str = field(default="default", metadata={"help": "BM25 analyzer: default or social."})
+    stem: bool = field(default=False, metadata={"help": "Snowball-stem BM25 tokens."})
+    k1: float = 1.5
+    b: float = 0.75
+    embedder: str = field(default="embedded", metadata={"help": "Encoder: 'embedded', 'real', a path or hub id."})
+    query_prefix: str = ""
+    doc_prefix: str = ""
+    max_length: int = 256
+    encode_batch_size: int = 64
+    faiss_kind: str = field(default="hnsw", metadata={"help": "flat (exact) or hnsw."})
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    stream_batch: int = field(default=2048, metadata={"help": "Documents read and encoded per batch."})
+
+    def analyzer_obj(self) -> Analyzer:
+        return Analyzer(self.analyzer, self.stem)
+
+    def bm25_params(self) -> BM25Params:
+        return BM25Params(self.k1, self.b)
+
+    def encoder_spec(self) -> EncoderSpec:
+        return EncoderSpec(self.embedder, self.query_prefix, self.doc_prefix, self.max_length, self.encode_batch_size)
+
+    def faiss_params(self) -> FaissParams:
+        return FaissParams(self.faiss_kind, self.hnsw_m, self.ef_construction, self.ef_search)
+
+
+def document_text(doc: dict[str, object], include_title: bool) -> str:
+    text, title = str(doc.get("text", "")), str(doc.get("title", "") or "")
+    return f"{title}. {text}" if include_title and title else text
+
+
+def iter_corpus(path: Path, batch: int) -> Iterator[list[dict[str, object]]]:
+    """Batches of corpus records; a record without ``doc_id``/``text`` is an error naming file and line."""
+    from veracity.data_prep.readers import read_jsonl
+
+    chunk: list[dict[str, object]] = []
+    for line, row in read_jsonl(path):
+        for name in ("doc_id", "text"):
+            if not isinstance(row.get(name), str):
+                from veracity.data_prep.errors import DataError
+
+                raise DataError(path, line, "missing or not a string", field=name)
+        chunk.append(row)
+        if len(chunk) >= batch:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSettings,
+                encoder: DenseEncoder | None = None) -> Path:
+    """Build the configured indexes for ``corpus`` into ``output_dir``; returns the folder."""
+    corpus, out = Path(corpus), Path(output_dir)
+    if not (settings.sparse or settings.dense):
+        raise ValueError("nothing to build: enable sparse and/or dense")
+    if settings.dense and encoder is None:
+        encoder = DenseEncoder(settings.encoder_spec())
+    doc_ids: list[str] = []
+    texts_for_bm25: list[str] = []
+    faiss_index = new_faiss_index(encoder.dim, settings.faiss_params()) if settings.dense and encoder else None
+    seen: set[str] = set()
+    for chunk in iter_corpus(corpus, settings.stream_batch):
+        texts = [document_text(d, settings.include_title) for d in chunk]
+        for doc in chunk:
+            if doc["doc_id"] in seen:
+                raise ValueError(f"{corpus}: duplicate doc_id {doc['doc_id']!r}")
+            seen.add(doc["doc_id"])  # type: ignore[arg-type]
+            doc_ids.append(doc["doc_id"])  # type: ignore[arg-type]
+        if settings.sparse:
+            texts_for_bm25.extend(texts)
+        if faiss_index is not None and encoder is not None:
+            faiss_index.add(encoder.encode_documents(texts))
+        logger.info("indexed %d documents", len(doc_ids))
+    out.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, object] = {
+        "format_version": FORMAT_VERSION,
+        "corpus": {"path": str(corpus.resolve()), "sha256": sha256_file(corpus), "documents": len(doc_ids)},
+        "include_title": settings.include_title,
+        "sparse": None,
+        "dense": None,
+    }
+    if settings.sparse:
+        bm25 = BM25Index.build(doc_ids, texts_for_bm25, settings.analyzer_obj(), settings.bm25_params())
+        bm25.save(out / "bm25")
+        meta["sparse"] = {**settings.analyzer_obj().to_dict(), **asdict(settings.bm25_params())}
+    if faiss_index is not None and encoder is not None:
+        DenseIndex(faiss_index, settings.faiss_params(), doc_ids).save(out / "dense.faiss")
+        meta["dense"] = {"encoder": encoder.describe(), "faiss": asdict(settings.faiss_params())}
+    with atomic_writer(out / "doc_ids.json") as handle:
+        json.dump(doc_ids, handle)
+    with atomic_writer(out / "index_meta.json") as handle:  # written last: its presence marks a complete index
+        json.dump(meta, handle, indent=2, sort_keys=True)
+    return out
+
+
+@dataclass
+class LoadedIndex:
+    folder: Path
+    meta: dict[str, object]
+    doc_ids: list[str]
+    sparse: BM25Index | None
+    dense: DenseIndex | None
+    encoder: DenseEncoder | None
+
+    def texts(self) -> dict[str, str]:
+        """doc_id → indexed text, read from the (hash-checked) corpus; for rerankers and MMR."""
+        corpus = self.meta["corpus"]  # type: ignore[index]
+        include_title = bool(self.meta["include_title"])
+        return {str(d["doc_id"]): document_text(d, include_title)
+                for chunk in iter_corpus(Path(corpus["path"]), 4096) for d in chunk}  # type: ignore[index]
+
+
+def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: str | None = None,
+               encoder: DenseEncoder | None = None, ef_search: int | None = None) -> LoadedIndex:
+    """Load an index folder, checking it against the corpus and encoder it will be used with."""
+    folder = Path(folder)
+    meta_path = folder / "index_meta.json"
+    if not meta_path.exists():
+        raise FileNotFoundError(f"{folder} is not a complete index (no index_meta.json)")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise IndexMismatchError(f"{folder}: index format {meta.get('format_version')}, expected {FORMAT_VERSION}")
+    corpus_meta = meta["corpus"]
+    corpus_path = Path(corpus) if corpus else Path(corpus_meta["path"])
+    if corpus_path.exists():
+        digest = sha256_file(corpus_path)
+        if digest != corpus_meta["sha256"]:
+            raise IndexMismatchError(
+                f"{folder} was built from a corpus with sha256 {corpus_meta['sha256'][:12]}…, but {corpus_path} "
+                f"has {digest[:12]}…: rebuild the index (veracity index build) for this corpus"
+            )
+    elif corpus:
+        raise FileNotFoundError(f"corpus {corpus_path} not found")
+    meta["corpus"]["path"] = str(corpus_path.resolve())
+    doc_ids = json.loads((folder / "doc_ids.json").read_text())
+    sparse = BM25Index.load(folder / "bm25", doc_ids) if meta["sparse"] else None
+    dense = None
+    if meta["dense"]:
+        built = meta["dense"]["encoder"]
+        fields = ("model", "query_prefix", "doc_prefix", "max_length", "batch_size")
+        spec = EncoderSpec(**{k: built[k] for k in fields})
+        if embedder is not None and embedder != spec.model:
+            spec = EncoderSpec(embedder, spec.query_prefix, spec.doc_prefix, spec.max_length, spec.batch_size)
+        encoder = encoder or DenseEncoder(spec)
+        if encoder.fingerprint != built["fingerprint"]:
+            raise IndexMismatchError(
+                f"{folder} was built with encoder {built['model']!r} (fingerprint {built['fingerprint']}), but the "
+                f"encoder given is {encoder.spec.model!r} (fingerprint {encoder.fingerprint}): rebuild the index"
+            )
+        params = FaissParams(**meta["dense"]["faiss"])
+        if ef_search is not None:
+            params = FaissParams(params.kind, params.m, params.ef_construction, ef_search)
+        dense = DenseIndex.load(folder / "dense.faiss", params, doc_ids)
+    return LoadedIndex(folder, meta, doc_ids, sparse, dense, encoder if dense else None)

@@ -1,0 +1,85 @@
+"""Cross-encoder reranking of a fused candidate list.
+
+Two backends behind one class: a transformers folder (``config.json``; e.g. BAAI/bge-reranker-v2-m3, loaded
+with sentence-transformers' CrossEncoder) and an ONNX folder (``model.onnx`` + ``tokenizer.json``; the embedded
+INT8 ms-marco-MiniLM-L-12-v2), run with onnxruntime directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from veracity.infer.retrieval.fusion import Hits
+
+logger = logging.getLogger(__name__)
+
+
+class _OnnxCrossEncoder:
+    def __init__(self, folder: Path, max_length: int):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # two cores: thread contention costs more than it gives
+        self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length)
+        self.tokenizer.enable_padding()
+        self.input_names = {i.name for i in self.session.get_inputs()}
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
+        scores = []
+        for start in range(0, len(pairs), batch_size):
+            encoded = self.tokenizer.encode_batch(list(pairs[start : start + batch_size]))
+            feed = {
+                "input_ids": np.array([e.ids for e in encoded], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encoded], dtype=np.int64),
+                "token_type_ids": np.array([e.type_ids for e in encoded], dtype=np.int64),
+            }
+            logits = self.session.run(None, {k: v for k, v in feed.items() if k in self.input_names})[0]
+            scores.append(logits.reshape(len(encoded), -1)[:, 0])
+        return np.concatenate(scores) if scores else np.zeros(0)
+
+
+class _HFCrossEncoder:
+    def __init__(self, folder: Path, max_length: int):
+        from sentence_transformers import CrossEncoder
+
+        self.model = CrossEncoder(str(folder), device="cpu", max_length=max_length)
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
+        scores = self.model.predict(list(pairs), batch_size=batch_size, show_progress_bar=False)
+        scores = np.asarray(scores)
+        return scores if scores.ndim == 1 else scores[:, -1]
+
+
+class CrossEncoderReranker:
+    """Scores (query, document) pairs; higher is more relevant."""
+
+    def __init__(self, model: str = "embedded", max_length: int = 512, batch_size: int = 32):
+        from veracity.models.registry import resolve_model
+
+        self.folder = resolve_model("reranker", model)
+        self.batch_size = batch_size
+        if (self.folder / "config.json").exists():
+            self.backend: _OnnxCrossEncoder | _HFCrossEncoder = _HFCrossEncoder(self.folder, max_length)
+        elif (self.folder / "model.onnx").exists():
+            self.backend = _OnnxCrossEncoder(self.folder, max_length)
+        else:
+            raise FileNotFoundError(f"{self.folder} holds neither a transformers model nor model.onnx")
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        return self.backend.predict([(query, t) for t in texts], self.batch_size)
+
+    def rerank(self, query: str, hits: Hits, texts: dict[str, str], top_n: int) -> Hits:
+        """Re-score the first ``top_n`` hits; the rest keep their order below them."""
+        head, tail = hits[:top_n], hits[top_n:]
+        if not head:
+            return list(hits)
+        scores = self.score(query, [texts[doc] for doc, _ in head])
+        order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
+        return [(head[i][0], float(scores[i])) for i in order] + list(tail)

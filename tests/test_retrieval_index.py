@@ -1,0 +1,135 @@
+"""Index build/load round trip, mismatch errors, a golden run on a hand-made corpus, rerank, evaluation job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from retrieval_fixture import write_benchmark
+
+from veracity.data_prep.errors import DataError
+from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, build_index, load_index
+from veracity.infer.retrieval.searcher import Searcher, SearchSettings
+
+# BM25 (default analyzer, stemming, titles indexed) on the hand-made corpus: regenerate deliberately.
+GOLDEN_BM25 = {
+    "q1": ["d01", "d02", "d04"],
+    "q2": ["d07", "d08"],
+    "q4": ["d04", "d01", "d05"],
+}
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_benchmark(tmp_path_factory.mktemp("bench"))
+
+
+def _settings(tiny_encoder_dir: Path, **overrides: object) -> IndexSettings:
+    values = {"embedder": str(tiny_encoder_dir), "faiss_kind": "flat", "stem": True, **overrides}
+    return IndexSettings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def index_dir(bench: Path, tiny_encoder_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_index(bench / "toy_corpus.jsonl", tmp_path_factory.mktemp("idx"), _settings(tiny_encoder_dir))
+
+
+def test_golden_bm25_run(index_dir: Path, bench: Path) -> None:
+    index = load_index(index_dir)
+    queries = {q["query_id"]: q["text"] for q in map(json.loads, open(bench / "toy_queries.jsonl"))}
+    hits = index.sparse.search([queries[q] for q in GOLDEN_BM25], k=3)
+    assert {q: [d for d, _ in h] for q, h in zip(GOLDEN_BM25, hits, strict=True)} == GOLDEN_BM25
+
+
+def test_round_trip_gives_the_same_results(index_dir: Path, bench: Path, tiny_encoder_dir: Path) -> None:
+    from veracity.infer.retrieval.dense import DenseEncoder, DenseIndex, FaissParams
+
+    index = load_index(index_dir, corpus=bench / "toy_corpus.jsonl")
+    meta = json.loads((index_dir / "index_meta.json").read_text())
+    assert meta["corpus"]["documents"] == 12 and meta["dense"]["encoder"]["dim"] == 32
+    encoder = DenseEncoder(_settings(tiny_encoder_dir).encoder_spec())
+    docs = [json.loads(line) for line in open(bench / "toy_corpus.jsonl")]
+    fresh = DenseIndex.from_vectors(encoder.encode_documents([f"{d['title']}. {d['text']}" for d in docs]),
+                                    [d["doc_id"] for d in docs], FaissParams("flat"))
+    query = encoder.encode_queries(["polar bear sea ice"])
+    loaded, rebuilt = index.dense.search_vectors(query, 5)[0], fresh.search_vectors(query, 5)[0]
+    assert [d for d, _ in loaded] == [d for d, _ in rebuilt]
+    assert [s for _, s in loaded] == pytest.approx([s for _, s in rebuilt], abs=1e-6)
+
+
+def test_searcher_modes(index_dir: Path) -> None:
+    index = load_index(index_dir)
+    for mode in ("bm25", "dense", "alpha", "rrf"):
+        hits = Searcher(index, SearchSettings(mode=mode, top_k=4)).search(["capital of France"])[0]
+        assert len(hits) <= 4 and len({d for d, _ in hits}) == len(hits)
+    rrf = Searcher(index, SearchSettings(mode="rrf", top_k=3)).search(["capital of France"])[0]
+    assert rrf[0][0] == "d07"
+
+
+def test_index_from_another_corpus_is_an_error(index_dir: Path, bench: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.jsonl"
+    other.write_text((bench / "toy_corpus.jsonl").read_text().replace("Paris", "Lyon"))
+    with pytest.raises(IndexMismatchError, match="built from a corpus with sha256"):
+        load_index(index_dir, corpus=other)
+
+
+def test_index_with_another_encoder_is_an_error(index_dir: Path) -> None:
+    with pytest.raises(IndexMismatchError, match="fingerprint"):
+        load_index(index_dir, embedder="embedded")
+
+
+def test_mode_needs_its_index(bench: Path, tmp_path: Path, tiny_encoder_dir: Path) -> None:
+    folder = build_index(bench / "toy_corpus.jsonl", tmp_path / "sparse_only",
+                         _settings(tiny_encoder_dir, dense=False))
+    index = load_index(folder)
+    assert index.dense is None
+    with pytest.raises(ValueError, match="needs a dense index"):
+        Searcher(index, SearchSettings(mode="rrf"))
+
+
+def test_bad_corpus_record_names_file_and_line(tmp_path: Path, tiny_encoder_dir: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"doc_id": "a", "text": "x"}\n{"doc_id": "b"}\n')
+    with pytest.raises(DataError, match=r"c.jsonl:2: field 'text'"):
+        build_index(corpus, tmp_path / "i", _settings(tiny_encoder_dir, dense=False))
+    corpus.write_text('{"doc_id": "a", "text": "x"}\n{"doc_id": "a", "text": "y"}\n')
+    with pytest.raises(ValueError, match="duplicate doc_id 'a'"):
+        build_index(corpus, tmp_path / "i", _settings(tiny_encoder_dir, dense=False))
+    assert not (tmp_path / "i" / "index_meta.json").exists()
+
+
+def test_hnsw_matches_exact_on_a_small_corpus(bench: Path, tmp_path: Path, tiny_encoder_dir: Path) -> None:
+    exact = load_index(build_index(bench / "toy_corpus.jsonl", tmp_path / "flat", _settings(tiny_encoder_dir)))
+    hnsw = load_index(build_index(bench / "toy_corpus.jsonl", tmp_path / "hnsw",
+                                  _settings(tiny_encoder_dir, faiss_kind="hnsw")))
+    vectors = exact.encoder.encode_queries(["polar bears", "capital city", "film"])
+    got = [[d for d, _ in h] for h in hnsw.dense.search_vectors(vectors, 5)]
+    assert got == [[d for d, _ in h] for h in exact.dense.search_vectors(vectors, 5)]
+
+
+def test_embedded_reranker_orders_by_relevance() -> None:
+    from veracity.infer.retrieval.rerank import CrossEncoderReranker
+
+    reranker = CrossEncoderReranker()
+    texts = {"a": "The stock market fell.", "b": "Paris is the capital of France.", "c": "France is in Europe."}
+    hits = [("a", 3.0), ("c", 2.0), ("b", 1.0), ("z", 0.5)]
+    reranked = reranker.rerank("What is the capital of France?", hits, texts | {"z": ""}, top_n=3)
+    assert [d for d, _ in reranked][0] == "b"
+    assert reranked[-1][0] == "z"  # beyond top_n: kept, below the reranked head
+
+
+def test_eval_job_writes_metrics_and_table(bench: Path, tmp_path: Path, tiny_encoder_dir: Path) -> None:
+    from veracity.infer.retrieval.evaluate import main
+
+    results = main(["--prepared_dir", str(bench), "--benchmarks", "toy", "--output_dir", str(tmp_path / "run"),
+                    "--embedder", str(tiny_encoder_dir), "--faiss_kind", "flat", "--rerank", "false",
+                    "--alphas", "0.2", "0.8"])
+    toy = results["toy"]
+    assert toy["queries"] == {"dev": 4, "train": 3}
+    assert set(toy["rows"]) == {"BM25", "dense", "α=0.2", "α=0.8", f"α*={toy['best_alpha']:g} (tuned on train)",
+                                "RRF k=60"}
+    assert toy["rows"]["BM25"]["hit@5"] == 1.0
+    table = (tmp_path / "run" / "results.md").read_text()
+    assert "| BM25 |" in table and "mrr@5" in table
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["toy"]["best_alpha"] in (0.2, 0.8)
