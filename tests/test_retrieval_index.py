@@ -133,3 +133,20 @@ def test_eval_job_writes_metrics_and_table(bench: Path, tmp_path: Path, tiny_enc
     table = (tmp_path / "run" / "results.md").read_text()
     assert "| BM25 |" in table and "mrr@5" in table
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["toy"]["best_alpha"] in (0.2, 0.8)
+
+
+def test_embeddings_are_reused_for_another_faiss_configuration(index_dir: Path, bench: Path, tmp_path: Path,
+                                                               tiny_encoder_dir: Path, monkeypatch) -> None:
+    import numpy as np
+
+    from veracity.infer.retrieval.dense import DenseEncoder
+
+    settings = _settings(tiny_encoder_dir, faiss_kind="hnsw", reuse_embeddings=str(index_dir))
+    encoder = DenseEncoder(settings.encoder_spec())
+    monkeypatch.setattr(encoder, "encode_documents", lambda texts: pytest.fail("must not re-encode"))
+    folder = build_index(bench / "toy_corpus.jsonl", tmp_path / "hnsw", settings, encoder=encoder)
+    assert np.array_equal(np.load(folder / "embeddings.npy"), np.load(index_dir / "embeddings.npy"))
+    other = tmp_path / "other.jsonl"
+    other.write_text((bench / "toy_corpus.jsonl").read_text().replace("Paris", "Lyon"))
+    with pytest.raises(IndexMismatchError, match="another corpus"):
+        build_index(other, tmp_path / "x", settings, encoder=encoder)

@@ -48,12 +48,16 @@ def load_queries(path: Path, split: str, limit: int | None) -> list[dict]:
 
 
 def _index_for(corpus: Path, folder: Path, settings: IndexSettings) -> LoadedIndex:
+    """The index in ``folder`` if it matches this corpus and encoder, else a fresh build (one encoder load)."""
+    from veracity.infer.retrieval.dense import DenseEncoder
+
+    encoder = DenseEncoder(settings.encoder_spec()) if settings.dense else None
     try:
-        return load_index(folder, corpus=corpus)
+        return load_index(folder, corpus=corpus, encoder=encoder)
     except (FileNotFoundError, IndexMismatchError) as reason:
         logger.info("building index %s (%s)", folder, reason)
-        build_index(corpus, folder, settings)
-        return load_index(folder, corpus=corpus)
+        build_index(corpus, folder, settings, encoder=encoder)
+        return load_index(folder, corpus=corpus, encoder=encoder)
 
 
 def _score(rankings: Sequence[Hits], queries: Sequence[dict]) -> dict[str, float]:

@@ -7,6 +7,7 @@ Folder layout::
     doc_ids.json      row → doc_id
     bm25/             bm25s arrays (no pickle)
     dense.faiss       FAISS index
+    embeddings.npy    the document vectors (float32, L2-normalized), reusable for another FAISS configuration
 
 Loading checks the corpus hash and the encoder fingerprint: an index built from another corpus or model is an
 error, not a silent mismatch. The corpus is streamed in batches, so memory grows with the index, not the file.
@@ -19,6 +20,8 @@ import logging
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from veracity.infer.retrieval.analyzers import Analyzer
 from veracity.infer.retrieval.dense import DenseEncoder, DenseIndex, EncoderSpec, FaissParams, new_faiss_index
@@ -54,6 +57,12 @@ class IndexSettings:
     ef_construction: int = 200
     ef_search: int = 128
     stream_batch: int = field(default=2048, metadata={"help": "Documents read and encoded per batch."})
+    reuse_embeddings: str | None = field(
+        default=None,
+        metadata={"help": "An index folder built from the same corpus and encoder: reuse its embeddings.npy "
+                  "instead of encoding again (e.g. to try other FAISS parameters)."},
+    )
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar while indexing."})
 
     def analyzer_obj(self) -> Analyzer:
         return Analyzer(self.analyzer, self.stem)
@@ -92,43 +101,80 @@ def iter_corpus(path: Path, batch: int) -> Iterator[list[dict[str, object]]]:
         yield chunk
 
 
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def _reusable_embeddings(folder: Path, corpus_sha: str, encoder: DenseEncoder) -> np.ndarray:
+    meta = json.loads((folder / "index_meta.json").read_text())
+    if meta["corpus"]["sha256"] != corpus_sha or not meta["dense"]:
+        raise IndexMismatchError(f"{folder}: embeddings were computed for another corpus (or none were)")
+    if meta["dense"]["encoder"]["fingerprint"] != encoder.fingerprint:
+        raise IndexMismatchError(f"{folder}: embeddings were computed with another encoder")
+    return np.load(folder / "embeddings.npy", mmap_mode="r")
+
+
 def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSettings,
                 encoder: DenseEncoder | None = None) -> Path:
-    """Build the configured indexes for ``corpus`` into ``output_dir``; returns the folder."""
+    """Build the configured indexes for ``corpus`` into ``output_dir``; returns the folder.
+
+    Documents are read ``stream_batch`` at a time; vectors go straight into FAISS and a memory-mapped
+    ``embeddings.npy``, so memory holds the index, not the corpus text.
+    """
+    from tqdm.auto import tqdm
+
     corpus, out = Path(corpus), Path(output_dir)
     if not (settings.sparse or settings.dense):
         raise ValueError("nothing to build: enable sparse and/or dense")
     if settings.dense and encoder is None:
         encoder = DenseEncoder(settings.encoder_spec())
+    total = count_lines(corpus)
+    corpus_sha = sha256_file(corpus)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "index_meta.json").unlink(missing_ok=True)  # the folder is incomplete until the end
+    reuse = None
+    if settings.dense and encoder is not None and settings.reuse_embeddings:
+        reuse = _reusable_embeddings(Path(settings.reuse_embeddings), corpus_sha, encoder)
+    faiss_index = vectors = None
+    if settings.dense and encoder is not None:
+        faiss_index = new_faiss_index(encoder.dim, settings.faiss_params())
+        vectors = np.lib.format.open_memmap(out / "embeddings.npy", mode="w+", dtype=np.float32,
+                                            shape=(total, encoder.dim))
     doc_ids: list[str] = []
-    texts_for_bm25: list[str] = []
-    faiss_index = new_faiss_index(encoder.dim, settings.faiss_params()) if settings.dense and encoder else None
+    bm25_texts: list[str] = []
     seen: set[str] = set()
+    bar = tqdm(total=total, unit="doc", desc=f"indexing {corpus.name}", disable=not settings.progress)
     for chunk in iter_corpus(corpus, settings.stream_batch):
         texts = [document_text(d, settings.include_title) for d in chunk]
+        start = len(doc_ids)
         for doc in chunk:
-            if doc["doc_id"] in seen:
-                raise ValueError(f"{corpus}: duplicate doc_id {doc['doc_id']!r}")
-            seen.add(doc["doc_id"])  # type: ignore[arg-type]
-            doc_ids.append(doc["doc_id"])  # type: ignore[arg-type]
+            doc_id = str(doc["doc_id"])
+            if doc_id in seen:
+                raise ValueError(f"{corpus}: duplicate doc_id {doc_id!r}")
+            seen.add(doc_id)
+            doc_ids.append(doc_id)
         if settings.sparse:
-            texts_for_bm25.extend(texts)
-        if faiss_index is not None and encoder is not None:
-            faiss_index.add(encoder.encode_documents(texts))
-        logger.info("indexed %d documents", len(doc_ids))
-    out.mkdir(parents=True, exist_ok=True)
+            bm25_texts.extend(texts)
+        if faiss_index is not None and vectors is not None and encoder is not None:
+            batch = reuse[start : len(doc_ids)] if reuse is not None else encoder.encode_documents(texts)
+            vectors[start : len(doc_ids)] = batch
+            faiss_index.add(np.ascontiguousarray(batch, dtype=np.float32))
+        bar.update(len(chunk))
+    bar.close()
     meta: dict[str, object] = {
         "format_version": FORMAT_VERSION,
-        "corpus": {"path": str(corpus.resolve()), "sha256": sha256_file(corpus), "documents": len(doc_ids)},
+        "corpus": {"path": str(corpus.resolve()), "sha256": corpus_sha, "documents": len(doc_ids)},
         "include_title": settings.include_title,
         "sparse": None,
         "dense": None,
     }
     if settings.sparse:
-        bm25 = BM25Index.build(doc_ids, texts_for_bm25, settings.analyzer_obj(), settings.bm25_params())
+        bm25 = BM25Index.build(doc_ids, bm25_texts, settings.analyzer_obj(), settings.bm25_params())
         bm25.save(out / "bm25")
         meta["sparse"] = {**settings.analyzer_obj().to_dict(), **asdict(settings.bm25_params())}
-    if faiss_index is not None and encoder is not None:
+    if faiss_index is not None and encoder is not None and vectors is not None:
+        vectors.flush()
         DenseIndex(faiss_index, settings.faiss_params(), doc_ids).save(out / "dense.faiss")
         meta["dense"] = {"encoder": encoder.describe(), "faiss": asdict(settings.faiss_params())}
     with atomic_writer(out / "doc_ids.json") as handle:
@@ -191,6 +237,11 @@ def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: s
             raise IndexMismatchError(
                 f"{folder} was built with encoder {built['model']!r} (fingerprint {built['fingerprint']}), but the "
                 f"encoder given is {encoder.spec.model!r} (fingerprint {encoder.fingerprint}): rebuild the index"
+            )
+        if (encoder.spec.doc_prefix, encoder.spec.max_length) != (built["doc_prefix"], built["max_length"]):
+            raise IndexMismatchError(
+                f"{folder} encoded documents with prefix {built['doc_prefix']!r} and max_length {built['max_length']}"
+                f", the encoder given uses {encoder.spec.doc_prefix!r} and {encoder.spec.max_length}: rebuild"
             )
         params = FaissParams(**meta["dense"]["faiss"])
         if ef_search is not None:
