@@ -50,7 +50,7 @@ def bench_bm25(corpus: list[str], queries: list[str]) -> list[tuple[str, str, st
     from rank_bm25 import BM25Okapi
 
     from veracity.infer.retrieval.analyzers import Analyzer
-    from veracity.infer.retrieval.sparse import BM25Index
+    from veracity.infer.retrieval.sparse import BM25Index, BM25Params
 
     analyzer = Analyzer()
     tokens = [analyzer(t) for t in corpus]
@@ -71,7 +71,7 @@ def bench_bm25(corpus: list[str], queries: list[str]) -> list[tuple[str, str, st
     ])
     rows.append(("BM25 same top-1 (subset)", f"{top1_same:.2f}", ""))
 
-    ours = BM25Index(analyzer, BM25Index.build(["x"], ["x"]).params, raw, [str(i) for i in range(len(corpus))])
+    ours = BM25Index(analyzer, BM25Params(), raw, [str(i) for i in range(len(corpus))])
 
     def raw_search():  # what a caller of bm25s does by hand: analyze, retrieve, map rows to ids
         out = raw.retrieve([analyzer(q) or ["\x00"] for q in queries], k=10, show_progress=False, n_threads=1)

@@ -53,3 +53,21 @@ def tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     encoder = SentenceTransformer(modules=[word, models.Pooling(32, "mean")], device="cpu")
     encoder.save(str(base / "st"))
     return base / "st"
+
+
+@pytest.fixture(scope="session")
+def embedded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A veracity cache with the embedded chat model converted once per session (slow tests only)."""
+    cache = tmp_path_factory.mktemp("veracity_cache")
+    previous = os.environ.get("VERACITY_CACHE")
+    os.environ["VERACITY_CACHE"] = str(cache)
+    try:
+        from veracity.models.registry import resolve_model
+
+        resolve_model("chat_lm")
+    finally:
+        if previous is None:
+            os.environ.pop("VERACITY_CACHE")
+        else:
+            os.environ["VERACITY_CACHE"] = previous
+    return cache

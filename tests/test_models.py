@@ -63,12 +63,12 @@ def test_embedded_embedder_loads_and_embeds() -> None:
 
 
 @pytest.mark.slow
-def test_smollm2_gguf_converts_once_and_generates(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_smollm2_gguf_converts_once_and_generates(monkeypatch: pytest.MonkeyPatch, embedded_cache: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    monkeypatch.setenv("VERACITY_CACHE", str(tmp_path))
+    monkeypatch.setenv("VERACITY_CACHE", str(embedded_cache))
     folder = resolve_model("chat_lm")
-    assert folder == tmp_path / "models" / "smollm2-135m-instruct" and (folder / "COMPLETED").exists()
+    assert folder == embedded_cache / "models" / "smollm2-135m-instruct" and (folder / "COMPLETED").exists()
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     assert resolve_model("chat_lm") == folder and (folder / "model.safetensors").stat().st_mtime_ns == stamp
     tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -81,3 +81,14 @@ def test_analyzers() -> None:
     assert Analyzer(stem=True)("running studies") == ["run", "studi"]
     with pytest.raises(ValueError, match="unknown analyzer"):
         Analyzer("klingon")
+
+
+def test_e5_config_carries_the_paper_instruction() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from veracity.infer.retrieval.dense import E5_INSTRUCT_QUERY_PREFIX
+
+    config = yaml.safe_load((Path(__file__).parents[1] / "configs/retrieval/sciclaimseekers_e5.yaml").read_text())
+    assert config["query_prefix"] == E5_INSTRUCT_QUERY_PREFIX

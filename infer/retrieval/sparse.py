@@ -37,6 +37,8 @@ class BM25Index:
         tokens = [analyzer(text) for text in texts]
         if len(tokens) != len(doc_ids):
             raise ValueError(f"{len(tokens)} texts for {len(doc_ids)} doc ids")
+        if not any(tokens):
+            raise ValueError("no indexable terms in the corpus (every document is empty after analysis)")
         model = bm25s.BM25(k1=params.k1, b=params.b, method=params.method)
         model.index(tokens, show_progress=False)
         return cls(analyzer, params, model, list(doc_ids))
