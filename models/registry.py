@@ -10,6 +10,7 @@ Usage: veracity models [list | resolve ROLE [--name NAME] [--scale embedded|real
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
@@ -107,6 +108,16 @@ ROLES: dict[str, Role] = {
         embedded_builder=_trained_verifier,
     ),
 }
+
+
+def model_fingerprint(folder: Path) -> str:
+    """A short hash of a model folder's configuration files and weight sizes: tells two models apart cheaply."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and (path.suffix == ".json" or path.name.endswith((".safetensors", ".bin", ".onnx"))):
+            digest.update(path.relative_to(folder).as_posix().encode())
+            digest.update(path.read_bytes() if path.suffix == ".json" else str(path.stat().st_size).encode())
+    return digest.hexdigest()[:16]
 
 
 def resolve_model(role: str, name: str | None = None, scale: str = EMBEDDED) -> Path:

@@ -71,3 +71,11 @@ def embedded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
         else:
             os.environ["VERACITY_CACHE"] = previous
     return cache
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama chat model (byte-level tokenizer, ChatML template), saved like any local model."""
+    from tiny_models import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))

@@ -6,7 +6,6 @@ Vectors are L2-normalized, so inner product = cosine. Queries and documents may 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -36,23 +35,13 @@ class EncoderSpec:
     batch_size: int = 64
 
 
-def model_fingerprint(folder: Path) -> str:
-    """A short hash of a model folder's configuration and weight sizes: detects a different model at load."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and (path.suffix == ".json" or path.name.endswith((".safetensors", ".bin", ".onnx"))):
-            digest.update(path.relative_to(folder).as_posix().encode())
-            digest.update(path.read_bytes() if path.suffix == ".json" else str(path.stat().st_size).encode())
-    return digest.hexdigest()[:16]
-
-
 class DenseEncoder:
     """Batched, normalized sentence embeddings."""
 
     def __init__(self, spec: EncoderSpec, show_progress: bool = False):
         from sentence_transformers import SentenceTransformer
 
-        from veracity.models.registry import resolve_model
+        from veracity.models.registry import model_fingerprint, resolve_model
 
         self.spec = spec
         self.folder = resolve_model("embedder", spec.model)

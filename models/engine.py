@@ -1,0 +1,177 @@
+"""One interface for chat generation, behind which every LLM runs (SPEC §5).
+
+A request is messages (or a raw prompt) plus sampling parameters; a result is n candidates, each with its text,
+finish reason and per-token log-probabilities — or ``None`` where the backend cannot give them (never zeros).
+Backends: ``transformers`` (local, the embedded default), ``openai`` (any OpenAI-compatible server), ``vllm``
+(offline GPU batches). ``make_engine`` builds one from an :class:`EngineConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
+
+    n: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int | None = 0
+    stop: tuple[str, ...] = ()
+    logprobs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        object.__setattr__(self, "stop", tuple(self.stop))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "stop": list(self.stop)}
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    messages: tuple[Message, ...] = ()
+    prompt: str | None = None  # a raw prompt instead of chat messages (no chat template applied)
+    params: SamplingParams = field(default_factory=SamplingParams)
+
+    def __post_init__(self) -> None:
+        if bool(self.messages) == (self.prompt is not None):
+            raise ValueError("give either messages or a prompt")
+        object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+
+    @classmethod
+    def chat(cls, messages: Sequence[Message], **params: Any) -> GenerationRequest:
+        return cls(messages=tuple(messages), params=SamplingParams(**params))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"messages": list(self.messages), "prompt": self.prompt, "params": self.params.to_dict()}
+
+
+@dataclass
+class Candidate:
+    text: str
+    finish_reason: str  # "stop" (EOS or a stop string), "length" (max_new_tokens)
+    token_logprobs: list[float] | None = None  # None: the backend did not give log-probabilities
+    num_tokens: int | None = None
+
+    @property
+    def mean_logprob(self) -> float | None:
+        if not self.token_logprobs:
+            return None
+        return sum(self.token_logprobs) / len(self.token_logprobs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GenerationResult:
+    """Candidates for one request, or an ``error`` (e.g. ``context_overflow``) with no candidates."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    error: str | None = None
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"candidates": [c.to_dict() for c in self.candidates], "prompt_tokens": self.prompt_tokens,
+                "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], cached: bool = False) -> GenerationResult:
+        return cls([Candidate(**c) for c in data["candidates"]], data.get("prompt_tokens"), data.get("error"), cached)
+
+
+class EngineError(RuntimeError):
+    """A request that cannot succeed as configured (bad auth, unknown model, unreachable server …)."""
+
+
+class Engine(ABC):
+    """Chat generation backend. Implementations batch internally however suits them."""
+
+    kind: str = "engine"
+
+    @property
+    @abstractmethod
+    def model_id(self) -> str:
+        """What identifies the model for caching (a path with a fingerprint, or a served model name)."""
+
+    @abstractmethod
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """One result per request, in order. Per-request failures are results with ``error``, not exceptions."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (threads, servers)."""
+
+
+def finite_or_none(values: Sequence[float]) -> list[float] | None:
+    """Log-probabilities as plain floats, or None if any is missing/not finite (e.g. -inf from masking)."""
+    out = [float(v) for v in values]
+    return out if all(math.isfinite(v) for v in out) else None
+
+
+@dataclass
+class EngineConfig:
+    """Which engine and model (fields double as CLI options of jobs that generate)."""
+
+    engine: str = field(default="transformers", metadata={"help": "transformers, openai or vllm."})
+    model: str = field(default="embedded", metadata={"help": "chat_lm role name: 'embedded', 'real', path, hub id."})
+    adapter: str | None = field(default=None, metadata={"help": "A PEFT LoRA adapter folder (transformers)."})
+    batch_size: int = field(default=8, metadata={"help": "Requests per forward batch (transformers)."})
+    dtype: str = field(default="auto", metadata={"help": "auto, float32, bfloat16, float16."})
+    base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "OpenAI-compatible server URL."})
+    api_key: str = field(default="EMPTY", metadata={"help": "API key (or set OPENAI_API_KEY)."})
+    timeout: float = field(default=60.0, metadata={"help": "Seconds per HTTP request."})
+    max_retries: int = field(default=4, metadata={"help": "Retries on timeouts, 429 and 5xx."})
+    concurrency: int = field(default=4, metadata={"help": "Requests in flight at once (openai)."})
+    cache: str | None = field(default=None, metadata={"help": "SQLite file: replay identical requests."})
+    send_generation_config: bool = field(
+        default=False, metadata={"help": "openai engine: send sampling as generation_config (transformers serve)."}
+    )
+
+
+def make_engine(config: EngineConfig) -> Engine:
+    """Build the configured engine, wrapped in the response cache when one is set."""
+    engine: Engine
+    if config.engine == "transformers":
+        from veracity.models.hf_engine import TransformersEngine
+
+        engine = TransformersEngine(config.model, adapter=config.adapter, batch_size=config.batch_size,
+                                    dtype=config.dtype)
+    elif config.engine == "openai":
+        from veracity.models.openai_engine import OpenAIEngine
+
+        engine = OpenAIEngine(config.model, base_url=config.base_url, api_key=config.api_key, timeout=config.timeout,
+                              max_retries=config.max_retries, concurrency=config.concurrency,
+                              send_generation_config=config.send_generation_config)
+    elif config.engine == "vllm":
+        from veracity.models.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(config.model, dtype=config.dtype)
+    else:
+        raise ValueError(f"unknown engine {config.engine!r}; choose transformers, openai or vllm")
+    if config.cache:
+        from veracity.models.cache import CachedEngine, ResponseCache
+
+        engine = CachedEngine(engine, ResponseCache(config.cache))
+    return engine

@@ -1,0 +1,133 @@
+"""Local generation with transformers: batched, left-padded, n candidates, log-probabilities from the logits.
+
+Serves the embedded SmolLM2 and any merged checkpoint or base model + LoRA adapter (the same code at any scale).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from veracity.models.engine import (
+    Candidate,
+    Engine,
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    finite_or_none,
+)
+from veracity.models.registry import model_fingerprint, resolve_model
+
+logger = logging.getLogger(__name__)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class TransformersEngine(Engine):
+    kind = "transformers"
+
+    def __init__(self, model: str = "embedded", adapter: str | None = None, batch_size: int = 8,
+                 dtype: str = "auto", device: str = "cpu", max_context: int | None = None):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.folder = resolve_model("chat_lm", model)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        self.tokenizer.padding_side = "left"  # batched generation continues every prompt at the same position
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        torch_dtype = DTYPES.get(dtype, torch.float32 if device == "cpu" else torch.bfloat16)
+        self.model = AutoModelForCausalLM.from_pretrained(self.folder, dtype=torch_dtype).to(device)
+        fingerprint = model_fingerprint(self.folder)
+        if adapter:
+            from peft import PeftModel
+
+            self.model = PeftModel.from_pretrained(self.model, adapter)
+            fingerprint += "+" + model_fingerprint(Path(adapter))
+        self.model.eval()
+        self.device, self.batch_size = device, batch_size
+        self.context = max_context or getattr(self.model.config, "max_position_embeddings", None)
+        self._model_id = f"{self.folder}#{fingerprint}"
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+        self.eos_ids.discard(None)
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def encode(self, request: GenerationRequest) -> list[int]:
+        if request.prompt is not None:
+            return self.tokenizer(request.prompt)["input_ids"]
+        text = self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True, tokenize=False)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        results: list[GenerationResult | None] = [None] * len(requests)
+        groups: dict[SamplingParams, list[tuple[int, list[int]]]] = {}
+        for i, request in enumerate(requests):
+            ids = self.encode(request)
+            budget = len(ids) + request.params.max_new_tokens
+            if self.context and budget > self.context:
+                results[i] = GenerationResult(prompt_tokens=len(ids), error=(
+                    f"context_overflow: prompt of {len(ids)} tokens + max_new_tokens "
+                    f"{request.params.max_new_tokens} exceeds the model context of {self.context}"))
+            elif not ids:
+                results[i] = GenerationResult(prompt_tokens=0, error="empty_prompt")
+            else:
+                groups.setdefault(request.params, []).append((i, ids))
+        for params, items in groups.items():
+            for start in range(0, len(items), self.batch_size):
+                chunk = items[start : start + self.batch_size]
+                batch_results = self._generate_batch([ids for _, ids in chunk], params)
+                for (i, _), result in zip(chunk, batch_results, strict=True):
+                    results[i] = result
+        return [r for r in results if r is not None]
+
+    @torch.no_grad()
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationResult]:
+        batch = self.tokenizer.pad({"input_ids": prompts}, return_tensors="pt", padding=True).to(self.device)
+        sampling = params.temperature > 0
+        # Greedy decoding gives one answer however often it is asked: decode once, repeat it n times.
+        copies = params.n if sampling else 1
+        kwargs: dict[str, object] = dict(
+            max_new_tokens=params.max_new_tokens, do_sample=sampling, num_return_sequences=copies,
+            output_logits=True, return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
+        )
+        if sampling:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if params.stop:
+            kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        out = self.model.generate(**batch, **kwargs)
+        generated = out.sequences[:, batch["input_ids"].shape[1] :]
+        # Log-probabilities under the model itself (raw logits), not under the temperature-warped sampler.
+        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1) if params.logprobs else None
+        results = []
+        for p, prompt in enumerate(prompts):
+            candidates = []
+            for c in range(copies):
+                row = p * copies + c
+                candidates.append(self._candidate(generated[row], logprobs[row] if logprobs is not None else None,
+                                                  params))
+            results.append(GenerationResult(candidates * (params.n // copies), prompt_tokens=len(prompt)))
+        return results
+
+    def _candidate(self, tokens: torch.Tensor, logprobs: torch.Tensor | None, params: SamplingParams) -> Candidate:
+        ids = tokens.tolist()
+        end = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
+        kept = ids[:end] if end is not None else ids
+        text = self.tokenizer.decode(kept, skip_special_tokens=True)
+        finish = "stop" if end is not None else "length"
+        hits = [text.find(s) for s in params.stop if s and text.find(s) >= 0]
+        if hits:  # OpenAI semantics: the stop string ends the text and is not part of it
+            text, finish = text[: min(hits)], "stop"
+        scored = ids[: end + 1] if end is not None else ids  # the EOS token is part of what the model chose
+        token_logprobs = None
+        if logprobs is not None:
+            token_logprobs = finite_or_none([logprobs[k, t].item() for k, t in enumerate(scored)])
+        return Candidate(text=text, finish_reason=finish, token_logprobs=token_logprobs, num_tokens=len(scored))

@@ -1,0 +1,154 @@
+"""Any OpenAI-compatible server (vLLM serve, Ollama, llama.cpp, ``transformers serve``).
+
+Timeouts, retries with exponential backoff on timeouts / connection errors / 429 / 5xx, bounded concurrency, and
+clear errors for bad auth or an unknown model. Servers differ: some ignore ``n`` or ``logprobs`` (``transformers
+serve`` ignores both). When a server returns fewer choices than asked, the rest are requested one by one with
+distinct seeds; log-probabilities the server does not give are reported as unavailable (None), never as zeros.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from veracity.models.engine import Candidate, Engine, EngineError, GenerationRequest, GenerationResult, finite_or_none
+
+logger = logging.getLogger(__name__)
+
+
+class OpenAIEngine(Engine):
+    kind = "openai"
+
+    def __init__(self, model: str, base_url: str = "http://127.0.0.1:8000/v1", api_key: str = "EMPTY",
+                 timeout: float = 60.0, max_retries: int = 4, concurrency: int = 4, backoff: float = 0.5,
+                 max_backoff: float = 16.0, send_generation_config: bool = False):
+        """``send_generation_config``: also send the sampling settings as a per-request ``generation_config``
+        (``transformers serve`` samples only when asked that way; elsewhere it decodes greedily)."""
+        import openai
+
+        self.openai = openai
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        self.model, self.base_url = model, base_url
+        self.max_retries, self.concurrency = max_retries, max(1, concurrency)
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self.send_generation_config = send_generation_config
+        self.n_supported: bool | None = None  # learned from the first answer with n > 1
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        return f"openai:{self.base_url}#{self.model}"
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        if self.concurrency == 1 or len(requests) <= 1:
+            return [self._one(r) for r in requests]
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(self._one, requests))
+
+    # --- one request ------------------------------------------------------------------------------------
+
+    def _one(self, request: GenerationRequest) -> GenerationResult:
+        params = request.params
+        try:
+            candidates: list[Candidate] = []
+            prompt_tokens = None
+            if self.n_supported is not False or params.n == 1:
+                response = self._call(request, params.n, params.seed)
+                prompt_tokens = getattr(response.usage, "prompt_tokens", None) if response.usage else None
+                candidates = [self._candidate(choice, request) for choice in response.choices]
+                if params.n > 1:
+                    with self._lock:
+                        if self.n_supported is None:
+                            self.n_supported = len(candidates) >= params.n
+                            if not self.n_supported:
+                                logger.warning("%s ignores n>1: sampling the other candidates one by one",
+                                               self.base_url)
+            for extra in range(len(candidates), params.n):  # the server gave fewer: ask again, new seeds
+                seed = None if params.seed is None else params.seed + extra
+                response = self._call(request, 1, seed)
+                candidates += [self._candidate(choice, request) for choice in response.choices[:1]]
+            return GenerationResult(candidates[: params.n], prompt_tokens=prompt_tokens)
+        except _GaveUp as failure:
+            return GenerationResult(error=str(failure))
+
+    def _call(self, request: GenerationRequest, n: int, seed: int | None) -> Any:
+        p = request.params
+        common: dict[str, Any] = dict(model=self.model, n=n, temperature=p.temperature, top_p=p.top_p,
+                                      max_tokens=p.max_new_tokens, stop=list(p.stop) or None)
+        if seed is not None:
+            common["seed"] = seed
+        if self.send_generation_config:
+            config = {"do_sample": p.temperature > 0, "max_new_tokens": p.max_new_tokens}
+            if p.temperature > 0:
+                config.update(temperature=p.temperature, top_p=p.top_p)
+            common["extra_body"] = {"generation_config": json.dumps(config)}
+        if request.prompt is not None:
+            if p.logprobs:
+                common["logprobs"] = 1
+            return self._with_retries(lambda: self.client.completions.create(prompt=request.prompt, **common))
+        if p.logprobs:
+            common["logprobs"] = True
+        return self._with_retries(
+            lambda: self.client.chat.completions.create(messages=list(request.messages), **common))
+
+    def _with_retries(self, call: Callable[[], Any]) -> Any:
+        o = self.openai
+        for attempt in range(self.max_retries + 1):
+            try:
+                return call()
+            except o.AuthenticationError as error:
+                raise EngineError(f"{self.base_url}: authentication failed (check api_key): {error}") from error
+            except o.PermissionDeniedError as error:
+                raise EngineError(f"{self.base_url}: permission denied for model {self.model!r}: {error}") from error
+            except o.NotFoundError as error:
+                raise EngineError(f"{self.base_url}: model {self.model!r} or endpoint not found: {error}") from error
+            except o.BadRequestError as error:
+                detail = _body(error)
+                if "model" in detail.lower():
+                    raise EngineError(f"{self.base_url}: the server rejects model {self.model!r}: {detail}") from error
+                raise _GaveUp(f"bad_request: {detail}") from error
+            except (o.APITimeoutError, o.APIConnectionError, o.RateLimitError, o.InternalServerError) as error:
+                last = error
+            except o.APIStatusError as error:
+                if error.status_code < 500:
+                    raise _GaveUp(f"http_{error.status_code}: {_body(error)}") from error
+                last = error
+            if attempt < self.max_retries:
+                delay = min(self.max_backoff, self.backoff * 2**attempt)
+                logger.warning("%s: %s; retry %d/%d in %.2f s", self.base_url, type(last).__name__, attempt + 1,
+                               self.max_retries, delay)
+                time.sleep(delay)
+        raise _GaveUp(f"server_error after {self.max_retries + 1} attempts: {type(last).__name__}: {_body(last)}")
+
+    @staticmethod
+    def _candidate(choice: Any, request: GenerationRequest) -> Candidate:
+        if request.prompt is not None:
+            text = choice.text or ""
+            lp = getattr(choice.logprobs, "token_logprobs", None) if choice.logprobs else None
+        else:
+            text = choice.message.content or ""
+            content = getattr(choice.logprobs, "content", None) if choice.logprobs else None
+            lp = [t.logprob for t in content] if content else None
+        finish = choice.finish_reason or "stop"
+        for stop in request.params.stop:  # some servers keep the matched stop string: OpenAI semantics drop it
+            if stop and stop in text:
+                text, finish = text[: text.find(stop)], "stop"
+        logprobs = finite_or_none(lp) if lp else None
+        return Candidate(text=text, finish_reason=finish, token_logprobs=logprobs,
+                         num_tokens=len(lp) if lp else None)
+
+
+def _body(error: Any) -> str:
+    """The server's own words: the error body (FastAPI servers put them in ``detail``), else the message."""
+    response = getattr(error, "response", None)
+    text = getattr(response, "text", "") if response is not None else ""
+    return f"{error} {text}".strip()
+
+
+class _GaveUp(Exception):
+    """This request failed for good; it becomes a result with an error (the batch goes on)."""
