@@ -119,15 +119,20 @@ class TransformersEngine(Engine):
 
     def _candidate(self, tokens: torch.Tensor, logprobs: torch.Tensor | None, params: SamplingParams) -> Candidate:
         ids = tokens.tolist()
-        end = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
+        pad = self.tokenizer.pad_token_id
+        # A row ends at its EOS (scored: the model chose it) or, in a batch, where padding begins (not scored).
+        end = next((k for k, t in enumerate(ids) if t in self.eos_ids or t == pad), None)
         kept = ids[:end] if end is not None else ids
+        scored = ids[: end + 1] if end is not None and ids[end] in self.eos_ids else kept
         text = self.tokenizer.decode(kept, skip_special_tokens=True)
-        finish = "stop" if end is not None else "length"
+        # Shorter than the budget without an EOS means a stop string ended it. (transformers matches stop
+        # strings against prompt + output, so one that starts inside the prompt also ends generation.)
+        stopped = end is not None or len(ids) < params.max_new_tokens
         hits = [text.find(s) for s in params.stop if s and text.find(s) >= 0]
         if hits:  # OpenAI semantics: the stop string ends the text and is not part of it
-            text, finish = text[: min(hits)], "stop"
-        scored = ids[: end + 1] if end is not None else ids  # the EOS token is part of what the model chose
+            text, stopped = text[: min(hits)], True
         token_logprobs = None
         if logprobs is not None:
             token_logprobs = finite_or_none([logprobs[k, t].item() for k, t in enumerate(scored)])
-        return Candidate(text=text, finish_reason=finish, token_logprobs=token_logprobs, num_tokens=len(scored))
+        return Candidate(text=text, finish_reason="stop" if stopped else "length", token_logprobs=token_logprobs,
+                         num_tokens=len(scored))

@@ -16,11 +16,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
     "index": ("veracity.infer.retrieval.cli", "build / search retrieval indexes (BM25, FAISS, fusion, rerank)"),
     "train": ("", "SFT, DPO, NLI verifier, calibrator training (not yet: training issue)"),
-    "infer": ("", "batch inference with the pipelines (not yet: engines issue)"),
+    "infer": ("@infer", "offline batch inference: `infer generate` (pipelines: later issues)"),
     "eval": ("@eval", "evaluation: `eval retrieval` (checkpoint evaluation: not yet, training issue)"),
 }
 SUBCOMMANDS: dict[str, dict[str, str]] = {
     "@eval": {"retrieval": "veracity.infer.retrieval.evaluate"},
+    "@infer": {"generate": "veracity.infer.generate"},
 }
 
 

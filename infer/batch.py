@@ -1,0 +1,166 @@
+"""Resumable batch runner: append-only JSONL keyed by item id, crash-safe, shardable, per-item error isolation.
+
+- Output records are ``{"id", "status": "ok"|"error", "result"| "error", "seconds"}``, one JSON line each, written
+  in one call and flushed, so a kill -9 leaves at most one partial last line; on resume that line is dropped and
+  every item already recorded (ok or error) is skipped — no duplicates, no lost items.
+- ``shard=(i, n)`` keeps the items whose id hashes to i mod n: the same split on every machine.
+- A failing item becomes an error record with the exception; the batch goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+Item = dict[str, Any]
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """``"i/n"`` → (i, n) with 0 <= i < n; None → (0, 1)."""
+    if not text:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard must look like i/n (e.g. 0/4), got {text!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"shard {text!r}: need 0 <= i < n")
+    return i, n
+
+
+def in_shard(item_id: str, shard: tuple[int, int]) -> bool:
+    i, n = shard
+    return n == 1 or int(hashlib.sha256(item_id.encode()).hexdigest()[:16], 16) % n == i
+
+
+def recover_output(path: Path) -> set[str]:
+    """Ids already recorded in ``path``; a torn last line (crash mid-write) is cut off first."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    cut = data.rfind(b"\n") + 1
+    if cut < len(data):
+        logger.warning("%s: dropping a partial last line (%d bytes) left by an interrupted run", path, len(data) - cut)
+        with open(path, "r+b") as handle:
+            handle.truncate(cut)
+    done = set()
+    for number, line in enumerate(data[:cut].splitlines(), start=1):
+        if line.strip():
+            try:
+                done.add(str(json.loads(line)["id"]))
+            except (json.JSONDecodeError, KeyError) as error:
+                raise ValueError(f"{path}:{number}: not a batch output record ({error}); refusing to append") from None
+    return done
+
+
+@dataclass
+class BatchSummary:
+    total_in_shard: int = 0
+    already_done: int = 0
+    processed: int = 0
+    ok: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    error_examples: list[str] = field(default_factory=list)
+
+    @property
+    def items_per_second(self) -> float:
+        return self.processed / self.seconds if self.seconds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "items_per_second": round(self.items_per_second, 3)}
+
+    def __str__(self) -> str:
+        return (f"{self.total_in_shard} items in shard: {self.already_done} already done, {self.processed} processed "
+                f"({self.ok} ok, {self.errors} errors) in {self.seconds:.1f} s, {self.items_per_second:.2f} items/s")
+
+
+def run_batch(
+    items: Iterable[Item],
+    process: Callable[[Sequence[Item]], list[Any]],
+    output: str | Path,
+    *,
+    id_field: str = "id",
+    shard: tuple[int, int] = (0, 1),
+    batch_size: int = 1,
+    progress: bool = True,
+    fsync: bool = False,
+) -> BatchSummary:
+    """Run ``process`` over the items not yet in ``output`` and append one record per item.
+
+    ``process`` takes a list of items and returns one result per item, in order; a returned ``Exception``
+    marks that item as failed. If ``process`` raises, the items of that call are retried one by one so one bad
+    item cannot sink its neighbours.
+    """
+    from tqdm.auto import tqdm
+
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    done = recover_output(output)
+    todo: list[Item] = []
+    seen: set[str] = set()
+    summary = BatchSummary()
+    for number, item in enumerate(items, start=1):
+        if id_field not in item or item[id_field] in (None, ""):
+            raise ValueError(f"item {number}: missing id field '{id_field}'")
+        item_id = str(item[id_field])
+        if item_id in seen:
+            raise ValueError(f"item {number}: duplicate id {item_id!r}")
+        seen.add(item_id)
+        if not in_shard(item_id, shard):
+            continue
+        summary.total_in_shard += 1
+        if item_id in done:
+            summary.already_done += 1
+        else:
+            todo.append(item)
+    start = time.perf_counter()
+    bar = tqdm(total=len(todo), unit="item", desc=output.name, disable=not progress)
+    with open(output, "a", encoding="utf-8") as handle:
+        for first in range(0, len(todo), batch_size):
+            chunk = todo[first : first + batch_size]
+            t0 = time.perf_counter()
+            results = _process_isolated(process, chunk)
+            per_item = (time.perf_counter() - t0) / len(chunk)
+            for item, result in zip(chunk, results, strict=True):
+                record: dict[str, Any] = {"id": str(item[id_field]), "seconds": round(per_item, 4)}
+                if isinstance(result, BaseException):
+                    record.update(status="error", error=f"{type(result).__name__}: {result}")
+                    summary.errors += 1
+                    if len(summary.error_examples) < 5:
+                        summary.error_examples.append(f"{record['id']}: {record['error']}")
+                else:
+                    record.update(status="ok", result=result)
+                    summary.ok += 1
+                handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")  # one write per record
+                summary.processed += 1
+            handle.flush()
+            if fsync:
+                os.fsync(handle.fileno())
+            bar.update(len(chunk))
+            bar.set_postfix(errors=summary.errors)
+    bar.close()
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _process_isolated(process: Callable[[Sequence[Item]], list[Any]], chunk: list[Item]) -> list[Any]:
+    try:
+        results = process(chunk)
+        if len(results) != len(chunk):
+            raise RuntimeError(f"process returned {len(results)} results for {len(chunk)} items")
+        return results
+    except Exception as error:  # noqa: BLE001 - isolation is the point
+        if len(chunk) == 1:
+            logger.debug("item failed: %s", traceback.format_exc())
+            return [error]
+        return [_process_isolated(process, [item])[0] for item in chunk]

@@ -1,0 +1,128 @@
+"""Offline batch generation over a JSONL of items, resumable and shardable.
+
+Usage: veracity infer generate --input items.jsonl --output_dir runs/gen [--template "Is it true? {claim}"]
+                               [--engine transformers --model embedded] [--n 4 --temperature 0.7] [--shard 0/4]
+                               [--parse_json true] [--cache runs/gen/cache.sqlite]
+
+Each item needs an ``id`` and ``messages`` (chat), ``prompt`` (raw text), or fields for ``--template`` (one user
+message). Writes ``predictions.jsonl`` (``predictions.shard-i-of-n.jsonl`` when sharded; resumes where it
+stopped), ``summary.json`` and ``run_config.yaml``. An empty item, a prompt beyond the context, or a server
+failure becomes an error record; with ``--parse_json`` every candidate carries ``parsed`` or ``parse_error``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veracity.infer.batch import parse_shard, run_batch
+from veracity.infer.parsing import extract_json_object
+from veracity.models.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GenerateArgs:
+    input: str = field(metadata={"help": "JSONL items with id and messages / prompt / template fields."})
+    output_dir: str = field(metadata={"help": "Run directory."})
+    id_field: str = "id"
+    template: str | None = field(default=None, metadata={"help": "User message built with str.format(**item)."})
+    system: str | None = field(default=None, metadata={"help": "System message added before templated items."})
+    n: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int | None = 0
+    stop: list[str] = field(default_factory=list)
+    shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the items."})
+    requests_per_call: int = field(default=8, metadata={"help": "Items handed to the engine at once."})
+    parse_json: bool = field(default=False, metadata={"help": "Parse each candidate as a JSON object."})
+    progress: bool = True
+
+
+def build_request(item: dict[str, Any], args: GenerateArgs, params: SamplingParams) -> GenerationRequest:
+    """The request for one item; an empty or unusable item raises ValueError (recorded as that item's error)."""
+    if item.get("messages"):
+        messages = item["messages"]
+        if not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+            raise ValueError("messages must be a list of {role, content} objects")
+        if not any(m["content"].strip() for m in messages):
+            raise ValueError("empty item: every message is empty")
+        return GenerationRequest(messages=tuple(messages), params=params)
+    if isinstance(item.get("prompt"), str):
+        if not item["prompt"].strip():
+            raise ValueError("empty item: the prompt is empty")
+        return GenerationRequest(prompt=item["prompt"], params=params)
+    if args.template:
+        fields = [name for _, name, _, _ in string.Formatter().parse(args.template) if name]
+        missing = [name for name in fields if name not in item]
+        if missing:
+            raise ValueError(f"template field(s) {missing} missing from the item")
+        if fields and not any(str(item[name]).strip() for name in fields):
+            raise ValueError(f"empty item: template field(s) {fields} are all empty")
+        content = args.template.format(**item)
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+            {"role": "user", "content": content}]
+        return GenerationRequest(messages=tuple(messages), params=params)
+    raise ValueError("item has neither messages nor prompt, and no --template was given")
+
+
+def make_processor(engine: Engine, args: GenerateArgs):
+    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p,
+                            max_new_tokens=args.max_new_tokens, seed=args.seed, stop=tuple(args.stop))
+
+    def process(items: Sequence[dict[str, Any]]) -> list[Any]:
+        outcomes: list[Any] = [None] * len(items)
+        requests, where = [], []
+        for k, item in enumerate(items):
+            try:
+                requests.append(build_request(item, args, params))
+                where.append(k)
+            except ValueError as error:
+                outcomes[k] = error
+        for k, result in zip(where, engine.generate(requests), strict=True):
+            if not result.ok:
+                outcomes[k] = RuntimeError(result.error)
+                continue
+            candidates = []
+            for c in result.candidates:
+                record = c.to_dict()
+                if args.parse_json:
+                    parsed = extract_json_object(c.text)
+                    record.update(parsed=parsed.value, parse_error=parsed.error)
+                candidates.append(record)
+            outcomes[k] = {"candidates": candidates, "prompt_tokens": result.prompt_tokens, "cached": result.cached}
+        return outcomes
+
+    return process
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from veracity.config import parse_config
+    from veracity.data_prep.readers import read_jsonl
+    from veracity.io import write_json
+    from veracity.models.engine import make_engine
+    from veracity.rundir import write_run_config
+
+    args, engine_config = parse_config((GenerateArgs, EngineConfig), argv, prog="veracity infer generate")
+    shard = parse_shard(args.shard)
+    out = Path(args.output_dir)
+    write_run_config(out, args, engine_config, job="infer generate")
+    name = "predictions.jsonl" if shard[1] == 1 else f"predictions.shard-{shard[0]}-of-{shard[1]}.jsonl"
+    items = [row for _, row in read_jsonl(args.input)]
+    engine = make_engine(engine_config)
+    try:
+        summary = run_batch(items, make_processor(engine, args), out / name, id_field=args.id_field, shard=shard,
+                            batch_size=args.requests_per_call, progress=args.progress)
+    finally:
+        engine.close()
+    print(summary)
+    write_json(out / "summary.json", summary.to_dict())
+    logger.info("wrote %s", out / name)
+    return json.loads(json.dumps(summary.to_dict()))

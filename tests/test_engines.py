@@ -1,0 +1,193 @@
+"""Engines on tiny offline models: the transformers engine, the response cache, JSON parsing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from veracity.infer.parsing import extract_json_object, parse_json_answer
+from veracity.models.cache import CachedEngine, ResponseCache
+from veracity.models.engine import EngineConfig, GenerationRequest, SamplingParams, make_engine
+from veracity.models.hf_engine import TransformersEngine
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_lm_dir: Path) -> TransformersEngine:
+    return TransformersEngine(str(tiny_lm_dir), batch_size=4)
+
+
+def test_greedy_batched_equals_one_at_a_time(engine: TransformersEngine) -> None:
+    prompts = ["hi", "a considerably longer prompt that forces left padding", "x"]
+    requests = [GenerationRequest.chat([{"role": "user", "content": p}], max_new_tokens=6) for p in prompts]
+    batched = engine.generate(requests)
+    single = [engine.generate([r])[0] for r in requests]
+    assert [r.candidates[0].text for r in batched] == [r.candidates[0].text for r in single]
+    for b, s in zip(batched, single, strict=True):
+        assert b.candidates[0].token_logprobs == pytest.approx(s.candidates[0].token_logprobs, abs=1e-4)
+
+
+def test_n_candidates_logprobs_and_finish_reason(engine: TransformersEngine) -> None:
+    result = engine.generate([GenerationRequest.chat(HELLO, n=4, temperature=1.0, max_new_tokens=5, seed=7)])[0]
+    assert len(result.candidates) == 4 and result.prompt_tokens and result.prompt_tokens > 5
+    assert len({c.text for c in result.candidates}) > 1, "sampled candidates should differ"
+    for c in result.candidates:
+        assert c.finish_reason in ("stop", "length")
+        assert len(c.token_logprobs) == c.num_tokens and all(lp <= 0 for lp in c.token_logprobs)
+        assert c.mean_logprob == pytest.approx(sum(c.token_logprobs) / c.num_tokens)
+    again = engine.generate([GenerationRequest.chat(HELLO, n=4, temperature=1.0, max_new_tokens=5, seed=7)])[0]
+    assert [c.text for c in again.candidates] == [c.text for c in result.candidates], "same seed, same samples"
+    greedy = engine.generate([GenerationRequest.chat(HELLO, n=3, max_new_tokens=5)])[0]
+    assert len(greedy.candidates) == 3 and len({c.text for c in greedy.candidates}) == 1
+    assert greedy.candidates[0].finish_reason == "length"
+
+
+def test_batch_rows_end_at_their_own_eos(engine: TransformersEngine) -> None:
+    requests = [GenerationRequest.chat([{"role": "user", "content": p}], max_new_tokens=8) for p in ("a", "bb")]
+    for result in engine.generate(requests):
+        c = result.candidates[0]
+        assert c.num_tokens <= 8 and len(c.token_logprobs) == c.num_tokens
+
+
+@pytest.mark.slow
+def test_stop_string_ends_the_text_on_the_embedded_model(embedded_cache: Path, monkeypatch) -> None:
+    monkeypatch.setenv("VERACITY_CACHE", str(embedded_cache))
+    smol = TransformersEngine("embedded")
+    ask = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+    free = smol.generate([GenerationRequest.chat(ask, max_new_tokens=20)])[0].candidates[0].text
+    stopped = smol.generate([GenerationRequest.chat(ask, max_new_tokens=20, stop=("Paris",))])[0].candidates[0]
+    assert "Paris" in free
+    assert stopped.text == free[: free.find("Paris")] and stopped.finish_reason == "stop"
+
+
+def test_oversized_prompt_is_a_recorded_error_not_a_crash(engine: TransformersEngine) -> None:
+    long = [{"role": "user", "content": "y" * 600}]  # byte tokenizer: 600+ tokens > 512 context
+    results = engine.generate([GenerationRequest.chat(long, max_new_tokens=4), GenerationRequest.chat(HELLO,
+                                                                                                       max_new_tokens=4)])
+    assert results[0].error.startswith("context_overflow") and not results[0].candidates
+    assert results[1].ok and results[1].candidates
+
+
+def test_raw_prompt_and_bad_requests(engine: TransformersEngine) -> None:
+    assert engine.generate([GenerationRequest(prompt="abc", params=SamplingParams(max_new_tokens=3))])[0].ok
+    with pytest.raises(ValueError, match="either messages or a prompt"):
+        GenerationRequest()
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-1)
+
+
+def test_lora_adapter_is_applied(tiny_lm_dir: Path, tmp_path: Path, engine: TransformersEngine) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_lm_dir),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.add_(0.5)
+    model.save_pretrained(tmp_path / "adapter")
+    adapted = TransformersEngine(str(tiny_lm_dir), adapter=str(tmp_path / "adapter"))
+    request = [GenerationRequest.chat(HELLO, max_new_tokens=6)]
+    assert adapted.model_id != engine.model_id
+    base_lp = engine.generate(request)[0].candidates[0].token_logprobs
+    assert adapted.generate(request)[0].candidates[0].token_logprobs != pytest.approx(base_lp)
+
+
+class CountingEngine:
+    """Wraps an engine and counts the requests that reach it."""
+
+    def __init__(self, inner: TransformersEngine):
+        self.inner, self.calls, self.kind = inner, 0, inner.kind
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    def generate(self, requests):
+        self.calls += len(requests)
+        return self.inner.generate(requests)
+
+
+def test_cache_replays_without_calling_the_model(engine: TransformersEngine, tmp_path: Path) -> None:
+    counting = CountingEngine(engine)
+    cached = CachedEngine(counting, ResponseCache(tmp_path / "c.sqlite"))  # type: ignore[arg-type]
+    requests = [GenerationRequest.chat(HELLO, max_new_tokens=5), GenerationRequest.chat(HELLO, max_new_tokens=6)]
+    cold = cached.generate(requests)
+    assert counting.calls == 2 and not any(r.cached for r in cold)
+    warm = cached.generate(requests + [GenerationRequest.chat(HELLO, max_new_tokens=7)])
+    assert counting.calls == 3, "only the new request reaches the model"
+    assert [r.cached for r in warm] == [True, True, False]
+    assert [r.to_dict() for r in warm[:2]] == [r.to_dict() for r in cold]
+    # a different seed is a different request
+    cached.generate([GenerationRequest.chat(HELLO, max_new_tokens=5, seed=1)])
+    assert counting.calls == 4
+
+
+def test_cache_does_not_store_errors(engine: TransformersEngine, tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    cached = CachedEngine(engine, cache)
+    cached.generate([GenerationRequest.chat([{"role": "user", "content": "y" * 600}], max_new_tokens=4)])
+    assert len(cache) == 0
+
+
+def test_cache_is_safe_under_concurrent_writers(tmp_path: Path) -> None:
+    cache_path = tmp_path / "c.sqlite"
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            cache = ResponseCache(cache_path)
+            for i in range(50):
+                cache.put_many({f"{k}-{i}": {"candidates": [], "prompt_tokens": i, "error": None}})
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(ResponseCache(cache_path)) == 200
+
+
+def test_make_engine_with_cache(tiny_lm_dir: Path, tmp_path: Path) -> None:
+    engine = make_engine(EngineConfig(model=str(tiny_lm_dir), cache=str(tmp_path / "c.sqlite")))
+    assert isinstance(engine, CachedEngine)
+    with pytest.raises(ValueError, match="unknown engine"):
+        make_engine(EngineConfig(engine="telepathy"))
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ('{"label": "SUPPORTS"}', {"label": "SUPPORTS"}),
+        ('Sure! Here it is:\n```json\n{"label": "REFUTES", "ids": [1, 2]}\n```\nHope it helps.',
+         {"label": "REFUTES", "ids": [1, 2]}),
+        ('<think>maybe {"label": "SUPPORTS"}?</think>\n{"label": "NOT ENOUGH INFO"} trailing',
+         {"label": "NOT ENOUGH INFO"}),
+        ('The answer {is} here: {"a": {"b": 1}} and {"c": 2}', {"a": {"b": 1}}),
+    ],
+)
+def test_json_extraction(text: str, value: dict) -> None:
+    result = extract_json_object(text)
+    assert result.ok and result.value == value
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("no json at all", "no_json_object"),
+        ('{"label": "SUPPORTS", ', "invalid_json"),
+        ("<think>I am still thinking {", "unterminated_think"),
+        ('{"rationale": "x"}', "schema: missing field 'label'"),
+        ('{"label": 3}', "schema: field 'label' is int, expected str"),
+    ],
+)
+def test_malformed_model_output_is_a_clear_failure(text: str, error: str) -> None:
+    result = parse_json_answer(text, {"label": str})
+    assert not result.ok and result.value is None and result.error.startswith(error)
