@@ -16,10 +16,12 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     monkeypatch.setenv("VERACITY_CACHE", str(embedded_cache))
     main(["--data_root", str(data_root), "--output_dir", str(tmp_path / "demo")])
     out = capsys.readouterr().out
-    for stage in ("== 1. data preparation", "== 2. embedded models", "== 3. retrieval"):
+    for stage in ("== 1. data preparation", "== 2. embedded models", "== 3. retrieval", "== 4. offline batch"):
         assert stage in out
     assert (tmp_path / "demo" / "run_config.yaml").exists()
     assert json.loads((tmp_path / "demo" / "prep" / "manifest.json").read_text())["outputs"]
     metrics = json.loads((tmp_path / "demo" / "retrieval" / "metrics.json").read_text())
     assert "BM25" in metrics["fever_evidence"]["rows"]
     assert "hybrid (RRF) search for 'Colombiana is a French film.'" in out
+    predictions = (tmp_path / "demo" / "generate" / "predictions.jsonl").read_text().splitlines()
+    assert predictions and all(json.loads(line)["status"] == "ok" for line in predictions)

@@ -5,8 +5,9 @@ Usage: veracity demo [--output_dir runs/demo] [--data_root ../shared/data]
 Stages so far: (1) data preparation of every shipped dataset; (2) the embedded model of every role, resolved
 (the SmolLM2 GGUF is converted once into the cache) and checked by a tiny real use; (3) retrieval: a BM25 + FAISS
 index over the FEVER evidence corpus, a hybrid search, and the retrieval evaluation (BM25, dense, α-fusion, RRF,
-cross-encoder rerank) on a slice of its dev queries. Later capabilities (training recipes, pipelines) add their
-stages here.
+cross-encoder rerank) on a slice of its dev queries; (4) offline batch inference: the embedded chat model through
+the engine layer over a few VitaminC claims, resumable, with JSON parsing and the response cache (run the demo
+twice: the second run replays from the cache). Later capabilities (training recipes, pipelines) add their stages.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class DemoConfig:
     data_root: str | None = field(default=None, metadata={"help": "Raw data root (default ../shared/data)."})
     skip_models: bool = field(default=False, metadata={"help": "Only run the data stage."})
     retrieval_queries: int = field(default=50, metadata={"help": "Dev queries scored in the retrieval stage."})
+    generate_items: int = field(default=4, metadata={"help": "Claims sent through the engine in stage 4."})
 
 
 def stage_prep(config: DemoConfig) -> None:
@@ -86,6 +88,35 @@ def stage_retrieval(config: DemoConfig) -> None:
     print(f"-> index, metrics.json and results.md in {out / 'retrieval'}\n")
 
 
+def stage_generate(config: DemoConfig) -> None:
+    import json
+
+    from veracity.infer.generate import main as generate
+    from veracity.io import read_jsonl
+
+    out = Path(config.output_dir)
+    records = list(read_jsonl(out / "prep" / "vitaminc.jsonl"))
+    claims = ([r for r in records if r["split"] == "dev"] or records)[: config.generate_items]
+    items = out / "generate" / "items.jsonl"
+    items.parent.mkdir(parents=True, exist_ok=True)
+    items.write_text("".join(json.dumps({"id": r["id"], "claim": r["claim"], "evidence": r["evidence_text"]}) + "\n"
+                             for r in claims))
+    template = ('Evidence: {evidence}\nClaim: {claim}\nDoes the evidence support or refute the claim? Reply with '
+                'JSON only: {{"label": "SUPPORTS" or "REFUTES" or "NOT ENOUGH INFO"}}')
+    generate(["--input", str(items), "--output_dir", str(out / "generate"), "--template", template,
+              "--max_new_tokens", "40", "--parse_json", "true", "--cache", str(out / "generate" / "cache.sqlite"),
+              "--progress", "false"])
+    predictions = out / "generate" / "predictions.jsonl"
+    for record in read_jsonl(predictions):
+        if record["status"] != "ok":
+            print(f"  {record['id']}: error {record['error']}")
+            continue
+        candidate = record["result"]["candidates"][0]
+        verdict = candidate["parsed"] if candidate["parsed"] is not None else f"unparsed ({candidate['parse_error']})"
+        print(f"  {record['id']}: {verdict}  cached={record['result']['cached']}")
+    print(f"-> {predictions} (resumable; the same command skips finished items)\n")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from veracity.config import parse_config
     from veracity.rundir import write_run_config
@@ -99,4 +130,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         stage_models()
         print("== 3. retrieval (index, hybrid search, evaluation)")
         stage_retrieval(config)
+        print("== 4. offline batch inference (engine, parsing, cache, resumable output)")
+        stage_generate(config)
     print(f"demo finished; everything is under {config.output_dir}")

@@ -1,0 +1,190 @@
+"""The OpenAI-compatible engine against a real server on loopback (``transformers serve`` with a tiny model),
+and against a scripted stub server for rate limits and retries."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from veracity.models.engine import EngineError, GenerationRequest
+from veracity.models.openai_engine import OpenAIEngine
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``transformers serve`` (not pinned to a model: requests name the folder), started on a free loopback port."""
+    exe = shutil.which("transformers", path=str(Path(sys.executable).parent)) or shutil.which("transformers")
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("serve") / "serve.log", "w")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([exe, "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/health", timeout=1).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("transformers serve did not come up in 90 s")
+    yield f"{url}/v1", str(tiny_lm_dir)
+    proc.terminate()
+    proc.wait(timeout=20)
+    log.close()
+
+
+@pytest.mark.slow
+def test_real_server_end_to_end(served) -> None:
+    base_url, model = served
+    engine = OpenAIEngine(model, base_url=base_url, send_generation_config=True, backoff=0.01)
+    result = engine.generate([GenerationRequest.chat(HELLO, n=3, temperature=1.0, max_new_tokens=5, seed=11)])[0]
+    assert result.ok and len(result.candidates) == 3 and result.prompt_tokens
+    assert engine.n_supported is False, "transformers serve ignores n: detected, filled by separate requests"
+    assert len({c.text for c in result.candidates}) > 1, "the extra requests use distinct seeds"
+    assert all(c.token_logprobs is None and c.mean_logprob is None for c in result.candidates), "unavailable, not 0"
+    replay = engine.generate([GenerationRequest.chat(HELLO, n=3, temperature=1.0, max_new_tokens=5, seed=11)])[0]
+    assert [c.text for c in replay.candidates] == [c.text for c in result.candidates]
+    greedy = engine.generate([GenerationRequest.chat(HELLO, max_new_tokens=4)] * 3)
+    assert all(r.ok and r.candidates[0].finish_reason == "length" for r in greedy)
+    assert len({r.candidates[0].text for r in greedy}) == 1
+
+
+@pytest.mark.slow
+def test_real_server_timeout_is_retried_then_recorded(served) -> None:
+    base_url, model = served
+    engine = OpenAIEngine(model, base_url=base_url, timeout=0.01, max_retries=1, backoff=0.01)
+    result = engine.generate([GenerationRequest.chat(HELLO, max_new_tokens=300)])[0]
+    assert not result.ok and result.error.startswith("server_error after 2 attempts: APITimeoutError")
+
+
+@pytest.mark.slow
+def test_real_server_error_is_retried_then_recorded(served) -> None:
+    base_url, _ = served
+    engine = OpenAIEngine("no-such-org/no-such-model", base_url=base_url, max_retries=2, backoff=0.01)
+    result = engine.generate([GenerationRequest.chat(HELLO, max_new_tokens=4)])[0]
+    assert not result.ok and result.error.startswith("server_error after 3 attempts: InternalServerError")
+
+
+def test_unreachable_server_is_a_recorded_connection_error() -> None:
+    engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{_free_port()}/v1", max_retries=1, backoff=0.01)
+    assert "APIConnectionError" in engine.generate([GenerationRequest.chat(HELLO)])[0].error
+
+
+# --- scripted stub server: exact control over status codes -------------------------------------------------
+
+class Script:
+    def __init__(self, statuses: list[int], delay: float = 0.0):
+        self.statuses, self.seen, self.delay = statuses, [], delay
+        self.in_flight = self.max_in_flight = 0
+        self.lock = threading.Lock()
+
+
+def _stub(script: Script):
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with script.lock:
+                script.seen.append(body)
+                script.in_flight += 1
+                script.max_in_flight = max(script.max_in_flight, script.in_flight)
+            time.sleep(script.delay)
+            with script.lock:
+                script.in_flight -= 1
+            status = script.statuses.pop(0) if script.statuses else 200
+            if status == 200:
+                n = body.get("n", 1)
+                payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                           "choices": [{"index": i, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": f"answer {i}"},
+                                        "logprobs": {"content": [{"token": "a", "logprob": -0.5, "bytes": None,
+                                                                  "top_logprobs": []}]}} for i in range(n)],
+                           "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8}}
+            else:
+                payload = {"error": {"message": f"status {status}", "type": "x"}}
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(("statuses", "ok", "attempts"), [
+    ([429, 503], True, 3),  # rate limit, then unavailable, then success
+    ([500, 500, 500], False, 3),  # out of retries: recorded error
+])
+def test_retries_with_backoff(statuses: list[int], ok: bool, attempts: int) -> None:
+    script = Script(list(statuses))
+    server = _stub(script)
+    try:
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", max_retries=2, backoff=0.01)
+        result = engine.generate([GenerationRequest.chat(HELLO, n=2)])[0]
+    finally:
+        server.shutdown()
+    assert len(script.seen) == attempts and result.ok is ok
+    if ok:
+        assert [c.text for c in result.candidates] == ["answer 0", "answer 1"] and engine.n_supported
+        assert result.candidates[0].token_logprobs == [-0.5]
+
+
+@pytest.mark.parametrize(("status", "message"), [(401, "authentication failed"), (404, "not found")])
+def test_auth_and_missing_model_are_clear_errors(status: int, message: str) -> None:
+    server = _stub(Script([status]))
+    try:
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", max_retries=2, backoff=0.01)
+        with pytest.raises(EngineError, match=message):
+            engine.generate([GenerationRequest.chat(HELLO)])
+    finally:
+        server.shutdown()
+
+
+def test_concurrency_is_bounded() -> None:
+    script = Script([], delay=0.1)
+    server = _stub(script)
+    try:
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", concurrency=3)
+        results = engine.generate([GenerationRequest.chat([{"role": "user", "content": str(i)}]) for i in range(9)])
+    finally:
+        server.shutdown()
+    assert all(r.ok for r in results) and len(script.seen) == 9
+    assert script.max_in_flight == 3, "three requests in flight at once, never more"
+    assert [r.candidates[0].text for r in results] == ["answer 0"] * 9
+
+
+@pytest.mark.gpu
+def test_vllm_engine_generates() -> None:
+    pytest.importorskip("vllm")
+    from veracity.models.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine("real")
+    result = engine.generate([GenerationRequest.chat(HELLO, n=2, temperature=0.7, max_new_tokens=8)])[0]
+    assert len(result.candidates) == 2 and result.candidates[0].token_logprobs
