@@ -103,7 +103,7 @@ def test_generate_job_outcomes(tiny_lm_dir: Path, tmp_path: Path) -> None:
     items = [
         {"id": "ok", "claim": "The sky is blue."},
         {"id": "empty", "claim": "   "},
-        {"id": "oversized", "claim": "y" * 700},
+        {"id": "oversized", "claim": "y" * 1200},
         {"id": "chat", "messages": [{"role": "user", "content": "hi"}]},
     ]
     source = tmp_path / "items.jsonl"

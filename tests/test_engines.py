@@ -64,7 +64,7 @@ def test_stop_string_ends_the_text_on_the_embedded_model(embedded_cache: Path, m
 
 
 def test_oversized_prompt_is_a_recorded_error_not_a_crash(engine: TransformersEngine) -> None:
-    long = [{"role": "user", "content": "y" * 600}]  # byte tokenizer: 600+ tokens > 512 context
+    long = [{"role": "user", "content": "y" * 1100}]  # byte tokenizer: 1100+ tokens > 1024 context
     results = engine.generate([GenerationRequest.chat(long, max_new_tokens=4), GenerationRequest.chat(HELLO,
                                                                                                        max_new_tokens=4)])
     assert results[0].error.startswith("context_overflow") and not results[0].candidates
@@ -131,7 +131,7 @@ def test_cache_replays_without_calling_the_model(engine: TransformersEngine, tmp
 def test_cache_does_not_store_errors(engine: TransformersEngine, tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path / "c.sqlite")
     cached = CachedEngine(engine, cache)
-    cached.generate([GenerationRequest.chat([{"role": "user", "content": "y" * 600}], max_new_tokens=4)])
+    cached.generate([GenerationRequest.chat([{"role": "user", "content": "y" * 1100}], max_new_tokens=4)])
     assert len(cache) == 0
 
 

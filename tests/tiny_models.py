@@ -38,7 +38,7 @@ def build_tiny_llama(folder: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
     )

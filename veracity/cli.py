@@ -11,17 +11,20 @@ from collections.abc import Sequence
 
 # command -> (module, what it does); a command with sub-commands maps to {sub: module} in SUBCOMMANDS.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "prep": ("veracity.data_prep.prepare", "prepare every dataset into validated records + manifest"),
+    "prep": ("@prep", "prepare datasets into validated records + manifest; `prep training-sets` for SFT/DPO"),
     "models": ("veracity.models.registry", "list / resolve / materialize the models of each role"),
     "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
     "index": ("veracity.infer.retrieval.cli", "build / search retrieval indexes (BM25, FAISS, fusion, rerank)"),
-    "train": ("", "SFT, DPO, NLI verifier, calibrator training (not yet: training issue)"),
+    "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA; NLI verifier, calibrator: not yet)"),
     "infer": ("@infer", "offline batch inference: `infer generate` (pipelines: later issues)"),
     "eval": ("@eval", "evaluation: `eval retrieval` (checkpoint evaluation: not yet, training issue)"),
 }
 SUBCOMMANDS: dict[str, dict[str, str]] = {
+    # a bare `veracity prep` (or one followed by options) prepares the datasets
+    "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.data_prep.training_sets"},
     "@eval": {"retrieval": "veracity.infer.retrieval.evaluate"},
     "@infer": {"generate": "veracity.infer.generate"},
+    "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge"},
 }
 
 
@@ -43,10 +46,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     module_name, help_text = COMMANDS[command]
     if module_name in SUBCOMMANDS:
         choices = SUBCOMMANDS[module_name]
-        if not rest or rest[0] not in choices:
+        if rest and rest[0] in choices:
+            module_name, rest = choices[rest[0]], rest[1:]
+        elif "" in choices:
+            module_name = choices[""]
+        else:
             print(f"usage: veracity {command} {{{','.join(choices)}}} [options]", file=sys.stderr)
             return 2
-        module_name, rest = choices[rest[0]], rest[1:]
     if not module_name:
         print(f"veracity {command}: not available yet — {help_text}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ import logging
 import os
 import platform
 import subprocess
+from enum import Enum
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -49,16 +50,18 @@ def git_revision(cwd: str | Path | None = None) -> str:
 
 
 def to_plain(obj: Any) -> Any:
-    """Dataclasses, Paths and tuples → YAML-safe builtins."""
+    """Dataclasses, enums, Paths and tuples → YAML-safe builtins."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
         return {str(k): to_plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_plain(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
+    if isinstance(obj, Enum):
+        return to_plain(obj.value)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)  # anything else (paths, dtypes, callables) is recorded by its readable form
 
 
 def write_run_config(run_dir: str | Path, *configs: Any, job: str) -> Path:

@@ -1,0 +1,127 @@
+"""SFT and DPO training sets for the R2VC generator, from prepared claim examples (SPEC §1).
+
+Usage: veracity prep training-sets [--prepared_dir runs/prep] [--output_dir runs/prep/training] [--split train]
+
+- SFT: prompt = system + user message with the claim and numbered passages (the gold evidence plus
+  ``distractors`` passages of other claims, at a seeded position); completion = the gold answer: label, a
+  rationale quoting the gold passage, and its id (none for NOT ENOUGH INFO).
+- DPO: chosen = the gold answer; rejected = a wrong-label answer from the example's contrastive partner (same
+  VitaminC / FEVER-Symmetric case or SufficientFacts pair, other label) where one exists, else a wrong label with
+  a rationale over the same evidence.
+Outputs ``sft.jsonl``, ``dpo.jsonl`` (conversational prompt/completion and prompt/chosen/rejected, the formats
+TRL reads) and ``manifest.json``; deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veracity.data_prep.r2vc_format import format_answer, grounded_rationale, prompt_messages
+from veracity.data_prep.schema import NOT_ENOUGH_INFO, TERNARY_LABELS, ClaimExample
+from veracity.io import read_jsonl, write_json, write_jsonl
+
+DEFAULT_SOURCES = ["vitaminc", "fever_symmetric", "sufficient_facts_fever", "sufficient_facts_vitaminc"]
+
+
+@dataclass
+class TrainingSetConfig:
+    prepared_dir: str = field(default="runs/prep", metadata={"help": "Output folder of veracity prep."})
+    output_dir: str = field(default="runs/prep/training", metadata={"help": "Where sft.jsonl / dpo.jsonl go."})
+    sources: list[str] = field(default_factory=lambda: list(DEFAULT_SOURCES))
+    split: str = field(default="train", metadata={"help": "Which hash split to train on (never calib or dev)."})
+    distractors: int = field(default=2, metadata={"help": "Passages of other claims added to each prompt."})
+    seed: int = 13
+    max_examples: int | None = None
+
+
+def _unit(*parts: object) -> int:
+    return int(hashlib.sha256("\x00".join(map(str, parts)).encode()).hexdigest()[:12], 16)
+
+
+def load_examples(config: TrainingSetConfig) -> list[ClaimExample]:
+    examples = []
+    for source in config.sources:
+        for row in read_jsonl(Path(config.prepared_dir) / f"{source}.jsonl"):
+            example = ClaimExample.from_dict(row)
+            if example.split == config.split and example.evidence_text.strip():
+                examples.append(example)
+    examples.sort(key=lambda e: _unit(config.seed, e.id))  # deterministic shuffle
+    return examples[: config.max_examples] if config.max_examples else examples
+
+
+def layout(example: ClaimExample, pool: Sequence[ClaimExample], config: TrainingSetConfig) -> tuple[list[str], int]:
+    """The prompt's passages and the 1-based position of the gold evidence among them.
+
+    Distractors are drawn from other groups by seeded hashing (constant work per example, so building scales
+    to the full 317k VitaminC train set).
+    """
+    picked: list[str] = []
+    for k in range(20 * config.distractors):
+        if len(picked) == config.distractors or not pool:
+            break
+        other = pool[_unit(config.seed, example.id, k) % len(pool)]
+        if other.group_id == example.group_id or other.claim == example.claim:
+            continue
+        if other.evidence_text not in picked and other.evidence_text != example.evidence_text:
+            picked.append(other.evidence_text)
+    gold_at = _unit(config.seed, example.id, "gold") % (len(picked) + 1)
+    passages = picked[:gold_at] + [example.evidence_text] + picked[gold_at:]
+    return passages, gold_at + 1
+
+
+def answer(label: str, passage: str, passage_id: int) -> str:
+    ids = [] if label == NOT_ENOUGH_INFO else [passage_id]
+    return format_answer(label, grounded_rationale(label, passage, passage_id), ids)
+
+
+def build(config: TrainingSetConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    examples = load_examples(config)
+    groups: dict[str, list[ClaimExample]] = defaultdict(list)
+    for e in examples:
+        groups[f"{e.source}:{e.group_id}"].append(e)
+    sft, dpo = [], []
+    rejected_from: Counter[str] = Counter()
+    for example in examples:
+        passages, gold_id = layout(example, examples, config)
+        prompt = prompt_messages(example.claim, passages)
+        chosen = answer(example.label, example.evidence_text, gold_id)
+        sft.append({"id": example.id, "prompt": prompt, "completion": [{"role": "assistant", "content": chosen}],
+                    "label": example.label, "origin": example.origin})
+        partners = [p for p in groups[f"{example.source}:{example.group_id}"] if p.label != example.label]
+        if partners:
+            partner = partners[_unit(config.seed, example.id, "partner") % len(partners)]
+            rejected = answer(partner.label, partner.evidence_text, gold_id)
+            rejected_from["contrastive_partner"] += 1
+        else:
+            wrong = [lab for lab in TERNARY_LABELS if lab != example.label]
+            label = wrong[_unit(config.seed, example.id, "wrong") % len(wrong)]
+            rejected = answer(label, example.evidence_text, gold_id)
+            rejected_from["wrong_label_same_evidence"] += 1
+        dpo.append({"id": example.id, "prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}],
+                    "rejected": [{"role": "assistant", "content": rejected}], "label": example.label,
+                    "origin": example.origin})
+    stats = {"examples": len(examples), "labels": dict(sorted(Counter(e.label for e in examples).items())),
+             "sources": dict(sorted(Counter(e.source for e in examples).items())),
+             "dpo_rejected_from": dict(sorted(rejected_from.items()))}
+    return sft, dpo, stats
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from veracity.config import parse_config
+
+    (config,) = parse_config((TrainingSetConfig,), argv, prog="veracity prep training-sets")
+    sft, dpo, stats = build(config)
+    out = Path(config.output_dir)
+    manifest: dict[str, Any] = {**stats, "config": config.__dict__}
+    for name, rows in (("sft", sft), ("dpo", dpo)):
+        count, digest = write_jsonl(out / f"{name}.jsonl", rows)
+        manifest[name] = {"records": count, "sha256": digest}
+    write_json(out / "manifest.json", manifest)
+    print(f"{stats['examples']} examples {stats['labels']} -> sft {len(sft)}, dpo {len(dpo)} "
+          f"(rejected from {stats['dpo_rejected_from']}) in {out}")
+    return manifest

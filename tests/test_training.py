@@ -1,0 +1,228 @@
+"""Training sets, the answer format, SFT → DPO → merge with LoRA on a tiny model, resume, dry run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from veracity.data_prep.errors import DataError
+from veracity.data_prep.prepare import PrepConfig, prepare
+from veracity.data_prep.r2vc_format import format_answer, prompt_messages
+from veracity.data_prep.training_sets import TrainingSetConfig, build
+from veracity.infer.r2vc_answer import parse_r2vc_answer
+from veracity.train.common import load_records
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+@pytest.fixture(scope="module")
+def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("prep")
+    prepare(PrepConfig(data_root=str(data_root), output_dir=str(out), datasets=["fever", "vitaminc"]))
+    return out
+
+
+def _config(prepared_dir: Path, **overrides: object) -> TrainingSetConfig:
+    values = {"prepared_dir": str(prepared_dir), "split": "train", "distractors": 2, **overrides}
+    return TrainingSetConfig(**values)  # type: ignore[arg-type]
+
+
+def _all_splits(prepared_dir: Path) -> tuple[list, list, dict]:
+    sft, dpo, stats = [], [], {}
+    for split in ("train", "calib", "dev"):  # the fixture is tiny: use every split to see every case
+        s, d, stats = build(_config(prepared_dir, split=split))
+        sft += s
+        dpo += d
+    return sft, dpo, stats
+
+
+def test_sft_answers_round_trip_through_the_inference_parser(prepared_dir: Path) -> None:
+    sft, _, _ = _all_splits(prepared_dir)
+    assert sft
+    for record in sft:
+        passages = record["prompt"][1]["content"].split("Evidence passages:\n")[1].split("\n\n")[0].splitlines()
+        answer, error = parse_r2vc_answer(record["completion"][0]["content"], num_passages=len(passages))
+        assert error is None and answer.label == record["label"]
+        if answer.label == "NOT ENOUGH INFO":
+            assert answer.evidence_ids == ()
+        else:
+            cited = passages[answer.evidence_ids[0] - 1]
+            assert cited.split("] ", 1)[1][:20] in answer.rationale, "the rationale quotes the cited passage"
+
+
+def test_dpo_rejected_is_a_wrong_label_from_the_partner_where_one_exists(prepared_dir: Path) -> None:
+    _, dpo, _ = _all_splits(prepared_dir)
+    by_id = {r["id"]: r for r in dpo}
+    for record in dpo:
+        chosen, _ = parse_r2vc_answer(record["chosen"][0]["content"])
+        rejected, _ = parse_r2vc_answer(record["rejected"][0]["content"])
+        assert chosen.label == record["label"] and rejected.label != chosen.label
+    # SufficientFacts: the reduced view (NEI) is the original's contrastive partner
+    orig = next(r for i, r in by_id.items() if i.startswith("sufficient_facts_fever") and i.endswith("-orig")
+                and r["label"] == "SUPPORTS")
+    rejected, _ = parse_r2vc_answer(orig["rejected"][0]["content"])
+    assert rejected.label == "NOT ENOUGH INFO"
+
+
+def test_training_sets_are_deterministic_and_use_only_their_split(prepared_dir: Path) -> None:
+    first, second = build(_config(prepared_dir)), build(_config(prepared_dir))
+    assert first == second
+    dev_ids = {r["id"] for r in build(_config(prepared_dir, split="dev"))[0]}
+    assert not dev_ids & {r["id"] for r in first[0]}
+
+
+def test_malformed_training_record_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "sft.jsonl"
+    good = {"prompt": [{"role": "user", "content": "q"}], "completion": [{"role": "assistant", "content": "a"}]}
+    path.write_text(json.dumps(good) + "\n" + json.dumps({"prompt": "not a list", "completion": []}) + "\n")
+    with pytest.raises(DataError, match=r"sft.jsonl:2: field 'prompt'"):
+        load_records(path, ("prompt", "completion"))
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('{"label": "MAYBE", "rationale": "", "evidence_ids": []}', "is not SUPPORTS"),
+    ('{"label": "SUPPORTS", "rationale": "", "evidence_ids": [4]}', "outside 1..3"),
+    ('{"label": "SUPPORTS", "rationale": "", "evidence_ids": ["1"]}', "must be integers"),
+    ("SUPPORTS because passage 1", "no_json_object"),
+])
+def test_bad_answers_are_failures_not_guesses(text: str, error: str) -> None:
+    answer, message = parse_r2vc_answer(text, num_passages=3)
+    assert answer is None and error in message
+
+
+def test_format_answer_rejects_unknown_labels() -> None:
+    with pytest.raises(ValueError):
+        format_answer("TRUE", "", [])
+
+
+# --- training on the tiny model -----------------------------------------------------------------------------
+
+def _tiny_records(tmp_path: Path) -> tuple[Path, Path]:
+    facts = [("Paris is in France.", "Paris is the capital of France.", "SUPPORTS", "NOT ENOUGH INFO"),
+             ("Oslo is in Peru.", "Oslo is the capital of Norway.", "REFUTES", "SUPPORTS"),
+             ("Bob likes tea.", "Bob was born in 1970.", "NOT ENOUGH INFO", "REFUTES")] * 4
+    sft, dpo = [], []
+    for claim, evidence, label, wrong in facts:
+        prompt = [{"role": "user", "content": f"Claim: {claim}\n[1] {evidence}"}]
+        good = format_answer(label, f"[1] says {evidence}", [] if label == "NOT ENOUGH INFO" else [1])
+        bad = format_answer(wrong, f"[1] says {evidence}", [1])
+        sft.append({"prompt": prompt, "completion": [{"role": "assistant", "content": good}]})
+        dpo.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": good}],
+                    "rejected": [{"role": "assistant", "content": bad}]})
+    paths = tmp_path / "sft.jsonl", tmp_path / "dpo.jsonl"
+    for path, rows in zip(paths, (sft, dpo), strict=True):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return paths
+
+
+def _common_args(model: Path, out: Path, steps: int) -> list[str]:
+    return ["--model_name_or_path", str(model), "--output_dir", str(out), "--max_steps", str(steps),
+            "--per_device_train_batch_size", "4", "--learning_rate", "0.01", "--use_peft", "true",
+            "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", *LORA_TARGETS, "--logging_steps", "1",
+            "--save_steps", "2", "--report_to", "none", "--bf16", "false", "--use_cpu", "true", "--max_length", "256",
+            "--seed", "0", "--dataloader_num_workers", "0"]
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / ("adapter_model.safetensors" if (folder / "adapter_model.safetensors").exists()
+                                   else "model.safetensors")))
+
+
+@pytest.fixture(scope="module")
+def sft_run(tiny_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from veracity.train.sft import main
+
+    tmp = tmp_path_factory.mktemp("sft")
+    sft_file, dpo_file = _tiny_records(tmp)
+    adapter = main(["--train_file", str(sft_file), *_common_args(tiny_lm_dir, tmp / "run", 4)])
+    return adapter, dpo_file
+
+
+def _changed(before: dict, after: dict) -> set[str]:
+    import torch
+
+    assert before.keys() == after.keys()
+    return {k for k in before if not torch.equal(before[k], after[k])}
+
+
+def test_sft_changes_lora_weights_only(sft_run: tuple[Path, Path], tiny_lm_dir: Path, tmp_path: Path) -> None:
+    from veracity.train.merge import merge_adapter
+
+    adapter, _ = sft_run
+    lora = _weights(adapter)
+    assert any("lora_B" in k for k in lora) and all(v.abs().sum() > 0 for k, v in lora.items() if "lora_B" in k)
+    assert set(json.loads((adapter / "adapter_config.json").read_text())["target_modules"]) == set(LORA_TARGETS)
+    run = adapter.parent
+    assert (run / "COMPLETED").exists() and (run / "run_config.yaml").exists() and (run / "checkpoint-4").exists()
+    # Merged = base + the LoRA delta: exactly the targeted projections moved; embeddings, MLPs, norms did not.
+    changed = _changed(_weights(tiny_lm_dir), _weights(merge_adapter(str(tiny_lm_dir), adapter, tmp_path / "m")))
+    assert changed and all(k.split(".")[-2] in LORA_TARGETS for k in changed)
+    assert {k.split(".")[-2] for k in changed} == set(LORA_TARGETS)
+
+
+def test_dpo_from_merged_sft_then_merge(sft_run: tuple[Path, Path], tiny_lm_dir: Path, tmp_path: Path) -> None:
+    from veracity.models.engine import GenerationRequest
+    from veracity.models.hf_engine import TransformersEngine
+    from veracity.train.dpo import main as dpo_main
+    from veracity.train.merge import merge_adapter
+
+    sft_adapter, dpo_file = sft_run
+    out = tmp_path / "dpo"
+    adapter = dpo_main(["--train_file", str(dpo_file), "--sft_adapter", str(sft_adapter), "--beta", "0.1",
+                        *_common_args(tiny_lm_dir, out, 4)])
+    sft_merged = out / "sft_merged"
+    assert _changed(_weights(tiny_lm_dir), _weights(sft_merged)), "DPO starts from the SFT-merged model"
+    assert all(v.abs().sum() > 0 for k, v in _weights(adapter).items() if "lora_B" in k), "DPO moved its LoRA"
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert [e for e in state["log_history"] if "rewards/margins" in e], "TRL logs the DPO reward margin"
+    merged = merge_adapter(str(sft_merged), adapter, tmp_path / "merged")
+    changed = _changed(_weights(sft_merged), _weights(merged))
+    assert changed and all(k.split(".")[-2] in LORA_TARGETS for k in changed), "base weights did not move"
+    engine = TransformersEngine(str(merged))
+    assert engine.generate([GenerationRequest.chat([{"role": "user", "content": "Claim: x"}], max_new_tokens=3)])[0].ok
+
+
+def test_interrupted_run_resumes_from_the_saved_step(tiny_lm_dir: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import Trainer
+
+    from veracity.train.sft import main
+
+    sft_file, _ = _tiny_records(tmp_path)
+    main(["--train_file", str(sft_file), *_common_args(tiny_lm_dir, tmp_path / "run", 2)])  # "interrupted" at 2
+    steps: list[int] = []
+    original = Trainer.training_step
+
+    def counting(self, *args, **kwargs):
+        steps.append(self.state.global_step)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "training_step", counting)
+    main(["--train_file", str(sft_file), *_common_args(tiny_lm_dir, tmp_path / "run", 4)])
+    assert steps == [2, 3], "only the unfinished steps run again"
+    state = json.loads((tmp_path / "run" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+
+
+def test_dry_run_8b_matches_the_lora_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
+    from veracity.train.memory import llama_linear_shapes, load_architecture, lora_trainable_params
+    from veracity.train.sft import main
+
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    estimate = main(["--config", str(Path(__file__).parents[1] / "configs/train/sft_lora_nemotron8b.yaml"),
+                     "--dry_run", "true"])
+    config = load_architecture("llama31_8b")
+    # 32 layers x 16 x (q 4096+4096, k 4096+1024, v 4096+1024, o 4096+4096, gate/up 4096+14336, down 14336+4096)
+    assert estimate.trainable_params == lora_trainable_params(llama_linear_shapes(config), targets, 16, 32)
+    assert estimate.trainable_params == 41_943_040
+    assert 8.0e9 < estimate.total_params - estimate.trainable_params < 8.1e9
+    assert "total per GPU" in capsys.readouterr().out
+
+
+def test_prompt_messages_shape() -> None:
+    messages = prompt_messages("c", ["p1", "p2"])
+    assert [m["role"] for m in messages] == ["system", "user"] and "[2] p2" in messages[1]["content"]

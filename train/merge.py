@@ -1,0 +1,61 @@
+"""Merge a LoRA adapter into its base model and save a plain model folder any engine can load.
+
+Usage: veracity train merge --base embedded --adapter runs/sft/adapter --output_dir runs/sft/merged
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from veracity.train.common import COMPLETED, mark_completed
+
+
+@dataclass
+class MergeArgs:
+    adapter: str = field(metadata={"help": "PEFT adapter folder."})
+    output_dir: str = field(metadata={"help": "Where the merged model goes."})
+    base: str = field(default="embedded", metadata={"help": "Base chat model: 'embedded', 'real', path, hub id."})
+    dtype: str = field(default="float32", metadata={"help": "Saved dtype: float32, bfloat16, float16."})
+
+
+def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype: str = "float32") -> Path:
+    """Write ``output_dir`` (atomically, with a COMPLETED marker); an existing complete merge is reused."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from veracity.models.registry import resolve_model
+
+    out = Path(output_dir)
+    if (out / COMPLETED).exists():
+        return out
+    base_dir = resolve_model("chat_lm", base)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=getattr(torch, dtype))
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        merged.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(adapter if (Path(adapter) / "tokenizer_config.json").exists()
+                                      else base_dir).save_pretrained(tmp)
+        mark_completed(tmp, f"base {base_dir} + adapter {adapter}")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    from veracity.config import parse_config
+
+    (args,) = parse_config((MergeArgs,), argv, prog="veracity train merge")
+    folder = merge_adapter(args.base, args.adapter, args.output_dir, args.dtype)
+    print(f"merged model written to {folder}")
+    return folder

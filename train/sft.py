@@ -1,0 +1,109 @@
+"""Supervised fine-tuning of the R2VC generator with LoRA (TRL SFTTrainer + PEFT).
+
+Usage: veracity train sft --config configs/train/sft_lora_smollm2_cpu.yaml [--dry_run true] [--max_steps 10]
+
+Reads ``sft.jsonl`` from ``veracity prep training-sets`` (conversational prompt/completion; the model's chat
+template renders it, loss on the completion only). The run directory (``output_dir``) gets ``run_config.yaml``
+first, then checkpoints (a rerun resumes from the newest), the final adapter (safetensors) and a COMPLETED
+marker. ``--dry_run`` builds the model on the meta device and prints parameter counts and a memory estimate.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainScriptArgs:
+    train_file: str = field(default="runs/prep/training/sft.jsonl", metadata={"help": "Training records (JSONL)."})
+    eval_file: str | None = field(default=None, metadata={"help": "Optional evaluation records."})
+    max_train_examples: int | None = field(default=None, metadata={"help": "Cap (quick runs)."})
+    dry_run: bool = field(default=False, metadata={"help": "Meta-device build + memory estimate; no training."})
+    architecture: str | None = field(
+        default=None, metadata={"help": "Config for --dry_run: a shipped name (llama31_8b), folder or config.json."}
+    )
+
+
+def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
+    """A dry run parses GPU recipes on any machine: bf16 is read from the recipe, then switched off for parsing
+    (TrainingArguments refuses bf16 without a GPU). Returns the argv to parse and whether the recipe is bf16."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--dry_run" not in args or args[args.index("--dry_run") + 1].lower() not in ("true", "1", "yes"):
+        return (None if argv is None else args), False
+    bf16 = False
+    if "--config" in args:
+        recipe = yaml.safe_load(Path(args[args.index("--config") + 1]).read_text()) or {}
+        bf16 = bool(recipe.get("bf16")) or recipe.get("dtype") in ("bfloat16", "float16")
+    return args + ["--bf16", "false", "--use_cpu", "true"], bf16
+
+
+def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, half: bool) -> Any:
+    from veracity.train.memory import dry_run
+
+    architecture = script.architecture or model_args.model_name_or_path
+    batch = training_args.per_device_train_batch_size
+    estimate = dry_run(architecture, model_args.lora_target_modules or "all-linear", model_args.lora_r,
+                       model_args.lora_alpha, batch, training_args.max_length or 1024,
+                       bool(training_args.gradient_checkpointing), dtype_bytes=2 if half else 4)
+    print(f"dry run: {architecture}, LoRA r={model_args.lora_r} on {model_args.lora_target_modules}, "
+          f"batch {batch} x {training_args.max_length} tokens, gradient checkpointing "
+          f"{bool(training_args.gradient_checkpointing)}")
+    print(estimate.table())
+    return estimate
+
+
+def prepare_run(script: TrainScriptArgs, training_args: Any, model_args: Any, job: str) -> Path:
+    """Resolve the model, record the run, and return the model folder."""
+    from veracity.models.registry import resolve_model
+    from veracity.rundir import write_run_config
+
+    if not model_args.use_peft:
+        raise ValueError("veracity trains LoRA adapters: set use_peft: true")
+    model_dir = resolve_model("chat_lm", model_args.model_name_or_path or "embedded")
+    write_run_config(training_args.output_dir, script, training_args, model_args, job=job)
+    return model_dir
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    from trl import ModelConfig, SFTConfig
+
+    from veracity.config import parse_config
+
+    argv, half = dry_run_argv(argv)
+    script, training_args, model_args = parse_config((TrainScriptArgs, SFTConfig, ModelConfig), argv,
+                                                     prog="veracity train sft")
+    if script.dry_run:
+        return print_dry_run(script, training_args, model_args, half)
+    return train_sft(script, training_args, model_args)
+
+
+def train_sft(script: TrainScriptArgs, training_args: Any, model_args: Any) -> Path:
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer, get_peft_config
+
+    from veracity.train.common import last_checkpoint, load_records, mark_completed
+
+    model_dir = prepare_run(script, training_args, model_args, job="train sft")
+    train = Dataset.from_list(load_records(script.train_file, ("prompt", "completion"), script.max_train_examples))
+    evaluation = (Dataset.from_list(load_records(script.eval_file, ("prompt", "completion")))
+                  if script.eval_file else None)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    trainer = SFTTrainer(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
+                         processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    trainer.train(resume_from_checkpoint=last_checkpoint(training_args.output_dir))
+    adapter = Path(training_args.output_dir) / "adapter"
+    trainer.save_model(str(adapter))
+    tokenizer.save_pretrained(adapter)
+    mark_completed(training_args.output_dir, f"SFT adapter in {adapter}")
+    logger.info("SFT adapter saved to %s", adapter)
+    return adapter
