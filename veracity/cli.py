@@ -17,12 +17,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("veracity.infer.retrieval.cli", "build / search retrieval indexes (BM25, FAISS, fusion, rerank)"),
     "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA; NLI verifier, calibrator: not yet)"),
     "infer": ("@infer", "offline batch inference: `infer generate` (pipelines: later issues)"),
-    "eval": ("@eval", "evaluation: `eval retrieval` (checkpoint evaluation: not yet, training issue)"),
+    "eval": ("@eval", "evaluation: `eval retrieval`, `eval checkpoint` (generator or NLI verifier)"),
 }
 SUBCOMMANDS: dict[str, dict[str, str]] = {
     # a bare `veracity prep` (or one followed by options) prepares the datasets
     "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.data_prep.training_sets"},
-    "@eval": {"retrieval": "veracity.infer.retrieval.evaluate"},
+    "@eval": {"retrieval": "veracity.infer.retrieval.evaluate", "checkpoint": "veracity.infer.checkpoint_eval"},
     "@infer": {"generate": "veracity.infer.generate"},
     "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge"},
 }

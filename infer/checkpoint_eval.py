@@ -1,0 +1,163 @@
+"""Checkpoint evaluation: label accuracy and macro-F1 of a generator checkpoint or an NLI verifier.
+
+Usage: veracity eval checkpoint --kind generator --model runs/train/dpo_smollm2/merged [--split dev]
+       veracity eval checkpoint --kind nli --nli_model cross-encoder/nli-deberta-v3-large [--sources fever_symmetric]
+
+Examples are prepared claim/evidence pairs (``<prepared_dir>/<source>.jsonl``, the chosen hash split).
+- generator: the R2VC prompt with the evidence as passage [1], greedy; the answer is parsed back. A parse failure
+  counts as a wrong answer and is reported as the parse-failure rate.
+- nli: (evidence, claim) through a sequence-classification model; entailment / neutral / contradiction map to
+  SUPPORTS / NOT ENOUGH INFO / REFUTES; also ECE and Brier of its probabilities, and the majority-class baseline.
+Writes ``metrics.json`` and ``results.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from veracity.data_prep.r2vc_format import prompt_messages
+from veracity.data_prep.schema import NLI_TO_TERNARY, TERNARY_LABELS, ClaimExample, to_nli
+from veracity.infer.metrics import accuracy, brier_score, confusion, expected_calibration_error, macro_f1
+from veracity.infer.r2vc_answer import parse_r2vc_answer
+from veracity.io import read_jsonl, write_json
+from veracity.models.engine import Engine, GenerationRequest
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CheckpointEvalArgs:
+    kind: str = field(default="generator", metadata={"help": "generator or nli."})
+    prepared_dir: str = field(default="runs/prep", metadata={"help": "Output folder of veracity prep."})
+    sources: list[str] = field(default_factory=lambda: ["vitaminc", "fever_symmetric", "climate_fever_evidence"])
+    split: str = field(default="dev", metadata={"help": "Hash split to evaluate on."})
+    max_examples: int | None = field(default=None, metadata={"help": "Cap per source (quick runs)."})
+    output_dir: str = field(default="runs/eval_checkpoint", metadata={"help": "Run directory."})
+    nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
+    max_new_tokens: int = 160
+    nli_batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("generator", "nli"):
+            raise ValueError(f"kind must be generator or nli, got {self.kind!r}")
+
+
+def load_examples(args: CheckpointEvalArgs, source: str) -> list[ClaimExample]:
+    rows = (ClaimExample.from_dict(r) for r in read_jsonl(Path(args.prepared_dir) / f"{source}.jsonl"))
+    examples = [e for e in rows if e.split == args.split and e.evidence_text.strip()]
+    return examples[: args.max_examples] if args.max_examples else examples
+
+
+def label_metrics(gold: list[str], pred: list[str | None]) -> dict[str, Any]:
+    labels = [lab for lab in TERNARY_LABELS if lab in set(gold)]
+    majority = Counter(gold).most_common(1)[0][0] if gold else None
+    return {
+        "examples": len(gold),
+        "accuracy": accuracy(gold, pred),
+        "macro_f1": macro_f1(gold, pred, labels),
+        "majority_class_accuracy": accuracy(gold, [majority] * len(gold)),
+        "confusion": confusion(gold, pred, list(TERNARY_LABELS)),
+    }
+
+
+def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tokens: int) -> dict[str, Any]:
+    requests = [GenerationRequest.chat(prompt_messages(e.claim, [e.evidence_text]), max_new_tokens=max_new_tokens)
+                for e in examples]
+    predictions: list[str | None] = []
+    failures: Counter[str] = Counter()
+    for result in engine.generate(requests):
+        if not result.ok:
+            predictions.append(None)
+            failures[result.error.split(":")[0]] += 1  # type: ignore[union-attr]
+            continue
+        answer, error = parse_r2vc_answer(result.candidates[0].text, num_passages=1)
+        predictions.append(answer.label if answer else None)
+        if error:
+            failures[error.split(":")[0]] += 1
+    metrics = label_metrics([e.label for e in examples], predictions)
+    metrics["parse_failure_rate"] = sum(failures.values()) / len(examples) if examples else 0.0
+    metrics["failures"] = dict(failures)
+    return metrics
+
+
+class NLIScorer:
+    """(premise, hypothesis) → probabilities over ``entailment, neutral, contradiction`` from any 3-way model."""
+
+    def __init__(self, model: str = "embedded", batch_size: int = 16, max_length: int = 256):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from veracity.models.registry import resolve_model
+
+        folder = resolve_model("nli_verifier", model)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+        mapping = {int(i): to_nli(name) for i, name in self.model.config.id2label.items()}
+        if sorted(m for m in mapping.values() if m) != sorted(NLI_TO_TERNARY):
+            raise ValueError(f"{folder}: id2label {self.model.config.id2label} is not a 3-way NLI label map")
+        self.order = [mapping[i] for i in range(len(mapping))]
+        self.batch_size, self.max_length, self.torch = batch_size, max_length, torch
+
+    def probabilities(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        """Rows follow ``NLI order`` entailment, neutral, contradiction."""
+        out = []
+        for start in range(0, len(premises), self.batch_size):
+            batch = self.tokenizer(list(premises[start : start + self.batch_size]),
+                                   list(hypotheses[start : start + self.batch_size]), truncation=True,
+                                   max_length=self.max_length, padding=True, return_tensors="pt")
+            with self.torch.no_grad():
+                probs = self.model(**batch).logits.float().softmax(-1).numpy()
+            out.append(probs[:, [self.order.index(name) for name in ("entailment", "neutral", "contradiction")]])
+        return np.concatenate(out) if out else np.zeros((0, 3))
+
+
+def evaluate_nli(scorer: NLIScorer, examples: list[ClaimExample]) -> dict[str, Any]:
+    probs = scorer.probabilities([e.evidence_text for e in examples], [e.claim for e in examples])
+    names = ("entailment", "neutral", "contradiction")
+    predictions = [NLI_TO_TERNARY[names[i]] for i in probs.argmax(1)]
+    gold = [e.label for e in examples]
+    metrics = label_metrics(gold, predictions)
+    gold_index = [names.index(next(n for n in names if NLI_TO_TERNARY[n] == g)) for g in gold]
+    metrics["ece"] = expected_calibration_error(probs.max(1), [p == g for p, g in zip(predictions, gold,
+                                                                                          strict=True)])
+    metrics["brier"] = brier_score(probs, gold_index)
+    return metrics
+
+
+def markdown(results: dict[str, dict[str, Any]], kind: str) -> str:
+    extra = "parse_failure_rate" if kind == "generator" else "ece"
+    lines = [f"| source | examples | accuracy | macro-F1 | majority | {extra} |", "|---|---:|---:|---:|---:|---:|"]
+    for source, m in results.items():
+        lines.append(f"| {source} | {m['examples']} | {m['accuracy']:.3f} | {m['macro_f1']:.3f} | "
+                     f"{m['majority_class_accuracy']:.3f} | {m[extra]:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from veracity.config import parse_config
+    from veracity.models.engine import EngineConfig, make_engine
+    from veracity.rundir import write_run_config
+
+    args, engine_config = parse_config((CheckpointEvalArgs, EngineConfig), argv, prog="veracity eval checkpoint")
+    write_run_config(args.output_dir, args, engine_config, job="eval checkpoint")
+    results: dict[str, dict[str, Any]] = {}
+    if args.kind == "generator":
+        engine = make_engine(engine_config)
+        for source in args.sources:
+            results[source] = evaluate_generator(engine, load_examples(args, source), args.max_new_tokens)
+    else:
+        scorer = NLIScorer(args.nli_model, args.nli_batch_size)
+        for source in args.sources:
+            results[source] = evaluate_nli(scorer, load_examples(args, source))
+    write_json(Path(args.output_dir) / "metrics.json", results)
+    table = markdown(results, args.kind)
+    (Path(args.output_dir) / "results.md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    return results

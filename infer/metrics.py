@@ -1,0 +1,58 @@
+"""Classification and calibration metrics as pure functions (accuracy, macro-F1, confusion, Brier, ECE)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def accuracy(gold: Sequence[str], pred: Sequence[str | None]) -> float:
+    """Share of exact matches; a missing prediction (None, e.g. a parse failure) counts as wrong."""
+    if len(gold) != len(pred):
+        raise ValueError(f"{len(gold)} gold labels for {len(pred)} predictions")
+    return float(np.mean([g == p for g, p in zip(gold, pred, strict=True)])) if gold else 0.0
+
+
+def macro_f1(gold: Sequence[str], pred: Sequence[str | None], labels: Sequence[str] | None = None) -> float:
+    """Unweighted mean of per-label F1 over ``labels`` (default: the labels present in ``gold``)."""
+    labels = list(labels) if labels is not None else sorted(set(gold))
+    scores = []
+    for label in labels:
+        tp = sum(g == label and p == label for g, p in zip(gold, pred, strict=True))
+        fp = sum(g != label and p == label for g, p in zip(gold, pred, strict=True))
+        fn = sum(g == label and p != label for g, p in zip(gold, pred, strict=True))
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    return float(np.mean(scores)) if scores else 0.0
+
+
+def confusion(gold: Sequence[str], pred: Sequence[str | None], labels: Sequence[str]) -> dict[str, dict[str, int]]:
+    """``{gold: {pred: count}}``; predictions outside ``labels`` (or None) are counted under ``"(none)"``."""
+    table = {g: {p: 0 for p in [*labels, "(none)"]} for g in labels}
+    for g, p in zip(gold, pred, strict=True):
+        if g in table:
+            table[g][p if p in labels else "(none)"] += 1
+    return table
+
+
+def brier_score(probabilities: np.ndarray, gold_index: Sequence[int]) -> float:
+    """Multi-class Brier score: mean over examples of Σ_k (p_k − 1[k = gold])²."""
+    probabilities = np.asarray(probabilities, dtype=float)
+    onehot = np.zeros_like(probabilities)
+    onehot[np.arange(len(gold_index)), list(gold_index)] = 1.0
+    return float(np.mean(np.sum((probabilities - onehot) ** 2, axis=1))) if len(gold_index) else 0.0
+
+
+def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bool], bins: int = 10) -> float:
+    """ECE with equal-width confidence bins: Σ_b (n_b / n) · |accuracy_b − mean confidence_b|."""
+    confidence, correct = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    if len(confidence) == 0:
+        return 0.0
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    index = np.clip(np.digitize(confidence, edges[1:-1], right=True), 0, bins - 1)
+    total = 0.0
+    for b in range(bins):
+        mask = index == b
+        if mask.any():
+            total += mask.mean() * abs(correct[mask].mean() - confidence[mask].mean())
+    return float(total)

@@ -1,0 +1,115 @@
+"""Classification/calibration metrics on hand-made inputs; checkpoint evaluation of a generator and an NLI model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from veracity.data_prep.prepare import PrepConfig, prepare
+from veracity.data_prep.r2vc_format import format_answer
+from veracity.infer.metrics import accuracy, brier_score, confusion, expected_calibration_error, macro_f1
+from veracity.models.engine import Candidate, Engine, GenerationResult
+
+
+def test_metrics_known_values() -> None:
+    gold = ["S", "S", "R", "N"]
+    pred = ["S", "R", "R", None]
+    assert accuracy(gold, pred) == 0.5
+    # S: tp1 fp0 fn1 → 2/3; R: tp1 fp1 fn0 → 2/3; N: tp0 → 0
+    assert macro_f1(gold, pred, ["S", "R", "N"]) == pytest.approx((2 / 3 + 2 / 3 + 0) / 3)
+    assert confusion(gold, pred, ["S", "R", "N"])["N"]["(none)"] == 1
+    assert brier_score(np.array([[1.0, 0.0], [0.5, 0.5]]), [0, 1]) == pytest.approx((0 + 0.5) / 2)
+    # two bins: conf 0.9 (acc 1.0) and conf 0.3 (acc 0.0)
+    assert expected_calibration_error([0.9, 0.9, 0.3, 0.3], [True, True, False, False], bins=10) == pytest.approx(
+        0.5 * 0.1 + 0.5 * 0.3)
+    assert expected_calibration_error([], []) == 0.0
+
+
+@pytest.fixture(scope="module")
+def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("prep")
+    prepare(PrepConfig(data_root=str(data_root), output_dir=str(out), datasets=["fever", "vitaminc"],
+                       train_fraction=0.0, calib_fraction=0.0, dev_fraction=1.0))
+    return out
+
+
+class ScriptedEngine(Engine):
+    """Answers with the gold label for claims it knows, garbage otherwise."""
+
+    kind = "scripted"
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers = answers
+
+    @property
+    def model_id(self) -> str:
+        return "scripted"
+
+    def generate(self, requests):
+        results = []
+        for r in requests:
+            claim = r.messages[1]["content"].split("\n")[0].removeprefix("Claim: ")
+            label = self.answers.get(claim)
+            text = format_answer(label, "because [1]", [1]) if label else "I think it is true."
+            results.append(GenerationResult([Candidate(text, "stop")]))
+        return results
+
+
+def test_generator_eval_counts_parse_failures_as_wrong(prepared_dir: Path) -> None:
+    from veracity.infer.checkpoint_eval import CheckpointEvalArgs, evaluate_generator, load_examples
+
+    examples = load_examples(CheckpointEvalArgs(prepared_dir=str(prepared_dir)), "vitaminc")
+    known = {e.claim: e.label for e in examples[:4]}
+    metrics = evaluate_generator(ScriptedEngine(known), examples, 32)
+    assert metrics["examples"] == len(examples) == 7
+    assert metrics["accuracy"] == pytest.approx(4 / 7)
+    assert metrics["parse_failure_rate"] == pytest.approx(3 / 7) and metrics["failures"] == {"no_json_object": 3}
+
+
+def test_generator_eval_job_with_a_real_engine(prepared_dir: Path, tiny_lm_dir: Path, tmp_path: Path) -> None:
+    from veracity.infer.checkpoint_eval import main
+
+    results = main(["--kind", "generator", "--model", str(tiny_lm_dir), "--prepared_dir", str(prepared_dir),
+                    "--sources", "vitaminc", "--max_new_tokens", "8", "--output_dir", str(tmp_path)])
+    assert results["vitaminc"]["parse_failure_rate"] == 1.0  # a random tiny model writes no JSON
+    assert "| vitaminc | 7 |" in (tmp_path / "results.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def tiny_nli_dir(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny_nli")
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_encoder_dir)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, num_labels=3,
+                        id2label={0: "CONTRADICTION", 1: "ENTAILMENT", 2: "NEUTRAL"},
+                        label2id={"CONTRADICTION": 0, "ENTAILMENT": 1, "NEUTRAL": 2})
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_nli_eval_job(prepared_dir: Path, tiny_nli_dir: Path, tmp_path: Path) -> None:
+    from veracity.infer.checkpoint_eval import main
+
+    results = main(["--kind", "nli", "--nli_model", str(tiny_nli_dir), "--prepared_dir", str(prepared_dir),
+                    "--sources", "vitaminc", "fever_symmetric", "--output_dir", str(tmp_path)])
+    for source, metrics in results.items():
+        total = sum(sum(row.values()) for row in metrics["confusion"].values())
+        assert total == metrics["examples"] > 0, source
+        assert 0.0 <= metrics["ece"] <= 1.0 and 0.0 <= metrics["brier"] <= 2.0
+    assert json.loads((tmp_path / "metrics.json").read_text()).keys() == {"vitaminc", "fever_symmetric"}
+
+
+def test_nli_scorer_maps_any_label_order(tiny_nli_dir: Path) -> None:
+    from veracity.infer.checkpoint_eval import NLIScorer
+
+    scorer = NLIScorer(str(tiny_nli_dir))
+    probs = scorer.probabilities(["A man plays guitar."], ["A person makes music."])
+    assert probs.shape == (1, 3) and probs.sum() == pytest.approx(1.0, abs=1e-5)
