@@ -80,7 +80,7 @@ def test_unknown_and_not_yet_commands(capsys: pytest.CaptureFixture[str]) -> Non
     assert cli.main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err
     assert cli.main(["train"]) == 2
-    assert "usage: veracity train {sft,dpo,merge}" in capsys.readouterr().err
+    assert "usage: veracity train {sft,dpo,merge,nli}" in capsys.readouterr().err
     assert cli.main(["eval", "nonsense"]) == 2
     assert "usage: veracity eval {retrieval,checkpoint}" in capsys.readouterr().err
 

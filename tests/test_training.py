@@ -20,7 +20,8 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 @pytest.fixture(scope="module")
 def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("prep")
-    prepare(PrepConfig(data_root=str(data_root), output_dir=str(out), datasets=["fever", "vitaminc"]))
+    prepare(PrepConfig(data_root=str(data_root), output_dir=str(out),
+                       datasets=["fever", "vitaminc", "climate_fever", "nli"]))
     return out
 
 
@@ -226,3 +227,66 @@ def test_dry_run_8b_matches_the_lora_arithmetic(capsys: pytest.CaptureFixture[st
 def test_prompt_messages_shape() -> None:
     messages = prompt_messages("c", ["p1", "p2"])
     assert [m["role"] for m in messages] == ["system", "user"] and "[2] p2" in messages[1]["content"]
+
+
+# --- NLI verifier ---------------------------------------------------------------------------------------------
+
+def test_nli_training_pairs_keep_evaluation_claims_out(prepared_dir: Path) -> None:
+    from veracity.data_prep.splits import normalize_claim
+    from veracity.io import read_jsonl
+    from veracity.train.nli import NLIDataArgs, eval_pairs, training_pairs
+
+    args = NLIDataArgs(prepared_dir=str(prepared_dir), claim_sources=["fever_symmetric", "vitaminc",
+                                                                      "sufficient_facts_fever"],
+                       eval_sources=["fever_symmetric", "vitaminc"], cap_per_source_label=1000)
+    pairs, stats = training_pairs(args)
+    assert stats["pairs"] == len(pairs) > 0 and set(stats["labels"]) <= {"entailment", "neutral", "contradiction"}
+    dev_claims = {normalize_claim(r["hypothesis"]) for rows in eval_pairs(args, "dev").values() for r in rows}
+    assert not dev_claims & {normalize_claim(p["hypothesis"]) for p in pairs}
+    fever_train = [r for r in read_jsonl(prepared_dir / "nli_fever_dev_rte.jsonl") if r["split"] == "train"]
+    assert len([p for p in pairs if p["id"].startswith("nli_fever_dev_rte")]) == len(fever_train)
+    capped, capped_stats = training_pairs(NLIDataArgs(prepared_dir=str(prepared_dir), cap_per_source_label=1))
+    assert all(count <= 1 for count in capped_stats["by_bucket"].values())
+
+
+def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from veracity.infer.checkpoint_eval import NLIScorer
+    from veracity.models.registry import resolve_model
+    from veracity.train.nli import main
+
+    monkeypatch.setenv("VERACITY_CACHE", str(tmp_path / "cache"))
+    report = main(["--prepared_dir", str(prepared_dir), "--init", str(tiny_encoder_dir / ".." / "hf"),
+                   "--eval_sources", "vitaminc", "fever_symmetric", "--output_dir", str(tmp_path / "run"),
+                   "--max_steps", "3", "--per_device_train_batch_size", "4", "--learning_rate", "0.001",
+                   "--report_to", "none", "--use_cpu", "true", "--quick", "true", "--max_length", "64"])
+    assert report["quick"] and report["train"]["pairs"] > 0
+    assert report["dev"] and set(report["dev"]) <= {"vitaminc", "fever_symmetric"}  # sources with dev pairs
+    installed = resolve_model("nli_verifier")
+    assert installed == tmp_path / "cache" / "models" / "nli-verifier-minilm"
+    assert json.loads((installed / "config.json").read_text())["id2label"] == {
+        "0": "entailment", "1": "neutral", "2": "contradiction"}
+    probs = NLIScorer("embedded").probabilities(["A dog runs."], ["An animal moves."])
+    assert probs.shape == (1, 3)
+
+
+@pytest.mark.slow
+def test_onnx_reranker_dequantizes_to_the_same_scores(tmp_path: Path) -> None:
+    import numpy as np
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from veracity.infer.retrieval.rerank import CrossEncoderReranker
+    from veracity.models.onnx_bert import convert_onnx_cross_encoder
+    from veracity.models.registry import resolve_model
+
+    folder = convert_onnx_cross_encoder(resolve_model("reranker"), tmp_path / "float")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    query = "what is the capital of france"
+    docs = ["Paris is the capital of France.", "The stock market fell today.", "France is in Europe.",
+            "Berlin is the capital of Germany.", "The capital city of France is Paris, on the Seine."]
+    with torch.no_grad():
+        ours = model(**tokenizer([query] * len(docs), docs, return_tensors="pt", padding=True)).logits[:, 0].numpy()
+    onnx = CrossEncoderReranker().score(query, docs)
+    assert np.corrcoef(ours, onnx)[0, 1] > 0.999 and np.abs(ours - onnx).max() < 0.5

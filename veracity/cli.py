@@ -15,7 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("veracity.models.registry", "list / resolve / materialize the models of each role"),
     "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
     "index": ("veracity.infer.retrieval.cli", "build / search retrieval indexes (BM25, FAISS, fusion, rerank)"),
-    "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA; NLI verifier, calibrator: not yet)"),
+    "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA), `train nli` (verifier; calibrator: not yet)"),
     "infer": ("@infer", "offline batch inference: `infer generate` (pipelines: later issues)"),
     "eval": ("@eval", "evaluation: `eval retrieval`, `eval checkpoint` (generator or NLI verifier)"),
 }
@@ -24,7 +24,8 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
     "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.data_prep.training_sets"},
     "@eval": {"retrieval": "veracity.infer.retrieval.evaluate", "checkpoint": "veracity.infer.checkpoint_eval"},
     "@infer": {"generate": "veracity.infer.generate"},
-    "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge"},
+    "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge",
+               "nli": "veracity.train.nli"},
 }
 
 

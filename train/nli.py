@@ -1,0 +1,199 @@
+"""Fine-tune the NLI verifier: a 3-way cross-encoder (entailment / neutral / contradiction) on premise–hypothesis
+pairs, kept as a standard transformers sequence-classification folder with its label map.
+
+Usage: veracity train nli --config configs/train/nli_minilm_cpu.yaml [--quick true] [--init reranker|embedder|PATH]
+
+No 3-way NLI model installs offline, so the embedded verifier is ours. Data: the ``train`` hash split of the
+prepared NLI sources (``nli_*``) plus FEVER-family claim/evidence examples (SUPPORTS→entailment,
+NOT ENOUGH INFO→neutral, REFUTES→contradiction); ``calib`` and ``dev`` stay out, so the claims the verifier is
+evaluated on (FEVER-Symmetric, VitaminC, Climate-FEVER dev) are never trained on. Each (source, label) is capped
+so no source or class dominates. The starting point defaults to the embedded ms-marco MiniLM cross-encoder
+(dequantized from its INT8 ONNX): it already reads sentence pairs jointly. The run resumes from its last
+checkpoint, keeps the checkpoint with the best macro-F1 on the calib split (dev is only reported), and installs
+the result as the embedded verifier (``$VERACITY_CACHE/models/nli-verifier-minilm``, with metrics.json), once
+per machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from veracity.data_prep.schema import NLI_LABELS, TERNARY_TO_NLI
+from veracity.io import read_jsonl
+
+logger = logging.getLogger(__name__)
+ID2LABEL = dict(enumerate(NLI_LABELS))  # 0 entailment, 1 neutral, 2 contradiction
+CLAIM_SOURCES = ["fever_symmetric", "sufficient_facts_fever", "sufficient_facts_vitaminc", "vitaminc",
+                 "climate_fever_evidence"]
+EVAL_SOURCES = ["fever_symmetric", "vitaminc", "sufficient_facts_vitaminc", "climate_fever_evidence"]
+
+
+@dataclass
+class NLIDataArgs:
+    prepared_dir: str = field(default="runs/prep", metadata={"help": "Output folder of veracity prep."})
+    init: str = field(default="reranker", metadata={"help": "reranker (embedded ms-marco), embedder, path, hub id."})
+    nli_sources: list[str] = field(default_factory=lambda: ["all"], metadata={"help": "nli_* outputs, or all."})
+    claim_sources: list[str] = field(default_factory=lambda: list(CLAIM_SOURCES))
+    eval_sources: list[str] = field(default_factory=lambda: list(EVAL_SOURCES))
+    cap_per_source_label: int = field(default=2500, metadata={"help": "Max training pairs per (source, label)."})
+    max_eval_per_source: int = field(default=400, metadata={"help": "Dev pairs per source evaluated during training."})
+    max_length: int = 192
+    quick: bool = field(default=False, metadata={"help": "A short, labelled quick run (demo; not the verifier)."})
+    install: bool = field(default=True, metadata={"help": "Install the result as the embedded verifier."})
+    seed_data: int = 13
+
+
+def _order(seed: int, key: str) -> int:
+    return int(hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()[:12], 16)
+
+
+def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Capped, shuffled (premise, hypothesis, label) pairs of the train split, and their counts."""
+    prepared = Path(args.prepared_dir)
+    names = sorted(p.stem for p in prepared.glob("nli_*.jsonl")) if args.nli_sources == ["all"] else args.nli_sources
+    buckets: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for name in names:
+        for r in read_jsonl(prepared / f"{name}.jsonl"):
+            if r["split"] == "train":
+                buckets[(name, r["label"])].append({"premise": r["premise"], "hypothesis": r["hypothesis"],
+                                                    "label": r["label"], "id": r["id"]})
+    for name in args.claim_sources:
+        for r in read_jsonl(prepared / f"{name}.jsonl"):
+            if r["split"] == "train" and r["evidence_text"].strip():
+                label = TERNARY_TO_NLI[r["label"]]
+                buckets[(name, label)].append({"premise": r["evidence_text"], "hypothesis": r["claim"],
+                                               "label": label, "id": r["id"]})
+    pairs = []
+    counts: dict[str, int] = {}
+    for (name, label), rows in sorted(buckets.items()):
+        rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
+        kept = rows[: args.cap_per_source_label]
+        counts[f"{name}/{label}"] = len(kept)
+        pairs += kept
+    pairs.sort(key=lambda row: _order(args.seed_data, "shuffle" + row["id"]))
+    return pairs, {"pairs": len(pairs), "labels": dict(Counter(p["label"] for p in pairs)), "by_bucket": counts}
+
+
+def eval_pairs(args: NLIDataArgs, split: str = "dev") -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for name in args.eval_sources:
+        rows = [r for r in read_jsonl(Path(args.prepared_dir) / f"{name}.jsonl")
+                if r["split"] == split and r["evidence_text"].strip()]
+        rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
+        out[name] = [{"premise": r["evidence_text"], "hypothesis": r["claim"], "label": TERNARY_TO_NLI[r["label"]]}
+                     for r in rows[: args.max_eval_per_source]]
+    return out
+
+
+def initial_model(init: str) -> Path:
+    from veracity.models.registry import cache_dir, resolve_model
+
+    if init == "reranker":
+        from veracity.models.onnx_bert import convert_onnx_cross_encoder
+
+        target = cache_dir() / "models" / "ms-marco-minilm-l12-float"
+        return convert_onnx_cross_encoder(resolve_model("reranker"), target)
+    if init == "embedder":
+        return resolve_model("embedder")
+    return resolve_model("nli_verifier", init)
+
+
+def _tokenize(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> Any:
+    from datasets import Dataset
+
+    label2id = {v: k for k, v in ID2LABEL.items()}
+    data = Dataset.from_list([{"premise": r["premise"], "hypothesis": r["hypothesis"], "label": label2id[r["label"]]}
+                              for r in rows])
+    return data.map(lambda b: tokenizer(b["premise"], b["hypothesis"], truncation="only_first",
+                                        max_length=max_length), batched=True, remove_columns=["premise", "hypothesis"])
+
+
+def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    from veracity.infer.metrics import accuracy, macro_f1
+
+    gold = [ID2LABEL[int(i)] for i in labels]
+    pred = [ID2LABEL[int(i)] for i in predictions.argmax(-1)]
+    return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(gold, pred, sorted(set(gold)))}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+    )
+
+    from veracity.config import parse_config
+    from veracity.io import write_json
+    from veracity.rundir import write_run_config
+    from veracity.train.common import last_checkpoint, mark_completed
+
+    args, training = parse_config((NLIDataArgs, TrainingArguments), argv, prog="veracity train nli")
+    if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
+        training.max_steps = min(training.max_steps if training.max_steps > 0 else 150, 150)
+        args.max_eval_per_source = min(args.max_eval_per_source, 100)
+    write_run_config(training.output_dir, args, training, job="train nli")
+    init = initial_model(args.init)
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        init, num_labels=3, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()},
+        ignore_mismatched_sizes=True)  # a fresh 3-way head on the pretrained pair encoder
+    pairs, stats = training_pairs(args)
+    logger.info("training pairs: %s", json.dumps({k: stats[k] for k in ("pairs", "labels")}))
+    # Checkpoints are chosen on the calib split (all evaluation sources pooled); dev is only reported.
+    calib = [r for rows in eval_pairs(args, "calib").values() for r in rows]
+    selection = {"calib": _tokenize(tokenizer, calib, args.max_length)} if calib else None
+    if selection is None:
+        logger.warning("no calib pairs: training without checkpoint selection")
+        training.eval_strategy, training.load_best_model_at_end = "no", False
+    evaluation = {name: _tokenize(tokenizer, rows, args.max_length)
+                  for name, rows in eval_pairs(args).items() if rows}
+    trainer = Trainer(
+        model=model, args=training, train_dataset=_tokenize(tokenizer, pairs, args.max_length),
+        eval_dataset=selection, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=lambda p: scores(p.predictions, p.label_ids),
+    )
+    trainer.train(resume_from_checkpoint=last_checkpoint(training.output_dir))
+    final = Path(training.output_dir) / "model"
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(final)
+    results = {name: trainer.evaluate(data, metric_key_prefix=name) for name, data in evaluation.items()}
+    report = {"quick": args.quick, "init": str(init), "train": stats, "dev": results}
+    write_json(Path(training.output_dir) / "metrics.json", report)
+    mark_completed(training.output_dir, f"NLI verifier in {final}" + (" (QUICK run)" if args.quick else ""))
+    if args.install:
+        install(final, report)
+    print(json.dumps({name: {k: round(v, 4) for k, v in r.items() if k.endswith(("accuracy", "macro_f1"))}
+                      for name, r in results.items()}, indent=1))
+    return report
+
+
+def install(folder: Path, report: dict[str, Any]) -> Path:
+    """Copy the trained verifier to the registry's embedded location (a quick run never replaces a full one)."""
+    from veracity.models.registry import cache_dir
+
+    target = cache_dir() / "models" / "nli-verifier-minilm"
+    if report["quick"] and (target / "metrics.json").exists():
+        if not json.loads((target / "metrics.json").read_text()).get("quick", True):
+            logger.info("a full verifier is installed at %s: the quick run leaves it alone", target)
+            return target
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(folder, tmp)
+    (tmp / "metrics.json").write_text(json.dumps(report, indent=2))
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    logger.info("installed the NLI verifier at %s", target)
+    return target
