@@ -53,12 +53,7 @@ def read_json_array(path: str | Path, policy: ErrorPolicy | None = None) -> Iter
     The line is where the element starts in the file, found by decoding the array one element at a time.
     """
     path, policy = Path(path), policy or ErrorPolicy()
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise DataError(path, line, f"not valid UTF-8 (byte offset {err.start})") from None
+    text = _read_utf8(path)
     decoder = json.JSONDecoder()
 
     def line_at(offset: int) -> int:
@@ -89,6 +84,16 @@ def read_json_array(path: str | Path, policy: ErrorPolicy | None = None) -> Iter
             raise DataError(path, line_at(pos), "malformed JSON array (expected ',' or ']')")
 
 
+def _read_utf8(path: Path) -> str:
+    """A whole file as text; undecodable bytes are an error naming the line they are on."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(path, line, f"not valid UTF-8 (byte offset {err.start})") from None
+
+
 def _skip_ws(text: str, pos: int) -> int:
     while pos < len(text) and text[pos] in " \t\r\n":
         pos += 1
@@ -104,12 +109,7 @@ def read_delimited(
     is taken from the csv reader's own counter.
     """
     path, policy = Path(path), policy or ErrorPolicy()
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise DataError(path, line, f"not valid UTF-8 (byte offset {err.start})") from None
+    text = _read_utf8(path)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     header = next(reader, None)
     if header is None:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,9 +28,19 @@ class ResponseCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        # Switching to WAL takes an exclusive lock that busy_timeout does not always wait for: several processes
+        # opening a new cache at once may see "database is locked" here, so the set-up retries.
+        for attempt in range(100):
+            try:
+                with self._connect() as db:
+                    if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                        db.execute("PRAGMA journal_mode=WAL")
+                    db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                break
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or attempt == 99:
+                    raise
+                time.sleep(0.05)
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)

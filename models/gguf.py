@@ -8,18 +8,16 @@ from its config, load the dequantized state dict, tie weights, save (PLATFORM.md
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+from veracity.io import atomic_directory, is_completed
 
-COMPLETED = "COMPLETED"
+logger = logging.getLogger(__name__)
 
 
 def convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> Path:
     """Write a transformers folder for ``gguf_dir/gguf_file`` at ``target`` (atomically; skip if done)."""
-    if (target / COMPLETED).exists():
+    if is_completed(target):
         return target
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -37,16 +35,7 @@ def convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> Path:
     if missing or result.unexpected_keys:
         raise RuntimeError(f"GGUF conversion mismatch: missing {sorted(missing)}, unexpected {result.unexpected_keys}")
     model.tie_weights()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    try:
+    with atomic_directory(target, f"converted from {gguf_file}") as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / COMPLETED).write_text(f"converted from {gguf_file}\n")
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target

@@ -9,13 +9,12 @@ dequantized as ``(q − zero_point) · scale``; ONNX stores linear weights as ``
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-COMPLETED = "COMPLETED"
+from veracity.io import atomic_directory, is_completed
+
 _MODULE = re.compile(r"^/(bert/encoder/layer\.\d+/[a-z_/]+?|bert/pooler/dense|classifier)/(?:MatMul|Gemm)")
 
 
@@ -63,7 +62,7 @@ def onnx_state_dict(onnx_path: Path) -> tuple[dict[str, np.ndarray], dict[str, i
 
 def convert_onnx_cross_encoder(folder: Path, target: Path, num_attention_heads: int = 12) -> Path:
     """Write ``target`` (atomically, once) from an ONNX folder holding ``model.onnx`` and ``tokenizer.json``."""
-    if (target / COMPLETED).exists():
+    if is_completed(target):
         return target
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
@@ -76,16 +75,7 @@ def convert_onnx_cross_encoder(folder: Path, target: Path, num_attention_heads: 
     if missing or unexpected:
         raise RuntimeError(f"ONNX conversion mismatch: missing {missing}, unexpected {unexpected}")
     tokenizer = BertTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), do_lower_case=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    try:
+    with atomic_directory(target, f"dequantized from {folder / 'model.onnx'}") as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / COMPLETED).write_text(f"dequantized from {folder / 'model.onnx'}\n")
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target

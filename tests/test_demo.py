@@ -14,9 +14,11 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     from veracity.demo import main
 
     monkeypatch.setenv("VERACITY_CACHE", str(embedded_cache))
-    main(["--data_root", str(data_root), "--output_dir", str(tmp_path / "demo")])
+    main(["--data_root", str(data_root), "--output_dir", str(tmp_path / "demo"), "--sft_steps", "1",
+          "--nli_quick_steps", "1"])
     out = capsys.readouterr().out
-    for stage in ("== 1. data preparation", "== 2. embedded models", "== 3. retrieval", "== 4. offline batch"):
+    for stage in ("== 1. data preparation", "== 2. embedded models", "== 3. retrieval", "== 4. offline batch",
+                  "== 5. training"):
         assert stage in out
     assert (tmp_path / "demo" / "run_config.yaml").exists()
     assert json.loads((tmp_path / "demo" / "prep" / "manifest.json").read_text())["outputs"]
@@ -25,3 +27,6 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     assert "hybrid (RRF) search for 'Colombiana is a French film.'" in out
     predictions = (tmp_path / "demo" / "generate" / "predictions.jsonl").read_text().splitlines()
     assert predictions and all(json.loads(line)["status"] == "ok" for line in predictions)
+    assert (tmp_path / "demo" / "sft" / "adapter" / "adapter_model.safetensors").exists()
+    assert "QUICK version" in out and "41.94 M trainable" in out
+    assert json.loads((tmp_path / "demo" / "nli_eval" / "metrics.json").read_text())

@@ -8,9 +8,9 @@ from typing import Any
 
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.readers import read_jsonl
+from veracity.io import COMPLETED
 
 logger = logging.getLogger(__name__)
-COMPLETED = "COMPLETED"
 
 
 def _check_messages(path: Path, line: int, row: dict[str, Any], name: str) -> None:

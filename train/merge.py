@@ -5,13 +5,11 @@ Usage: veracity train merge --base embedded --adapter runs/sft/adapter --output_
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from veracity.train.common import COMPLETED, mark_completed
+from veracity.io import atomic_directory, is_completed
 
 
 @dataclass
@@ -31,24 +29,15 @@ def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype:
     from veracity.models.registry import resolve_model
 
     out = Path(output_dir)
-    if (out / COMPLETED).exists():
+    if is_completed(out):
         return out
     base_dir = resolve_model("chat_lm", base)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=getattr(torch, dtype))
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    tokenizer_source = adapter if (Path(adapter) / "tokenizer_config.json").exists() else base_dir
+    with atomic_directory(out, f"base {base_dir} + adapter {adapter}") as tmp:
         merged.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(adapter if (Path(adapter) / "tokenizer_config.json").exists()
-                                      else base_dir).save_pretrained(tmp)
-        mark_completed(tmp, f"base {base_dir} + adapter {adapter}")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(tmp)
     return out
 
 

@@ -7,7 +7,9 @@ Stages so far: (1) data preparation of every shipped dataset; (2) the embedded m
 index over the FEVER evidence corpus, a hybrid search, and the retrieval evaluation (BM25, dense, α-fusion, RRF,
 cross-encoder rerank) on a slice of its dev queries; (4) offline batch inference: the embedded chat model through
 the engine layer over a few VitaminC claims, resumable, with JSON parsing and the response cache (run the demo
-twice: the second run replays from the cache). Later capabilities (training recipes, pipelines) add their stages.
+twice: the second run replays from the cache); (5) training: SFT/DPO training sets, a short SFT run of the
+embedded LoRA recipe, the 8B recipe's dry run, and the NLI verifier — the cached one when installed, otherwise a
+short, clearly labelled quick version — evaluated on dev pairs. Later capabilities (pipelines) add their stages.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class DemoConfig:
     skip_models: bool = field(default=False, metadata={"help": "Only run the data stage."})
     retrieval_queries: int = field(default=50, metadata={"help": "Dev queries scored in the retrieval stage."})
     generate_items: int = field(default=4, metadata={"help": "Claims sent through the engine in stage 4."})
+    sft_steps: int = field(default=2, metadata={"help": "Steps of the embedded SFT recipe in stage 5."})
+    nli_quick_steps: int = field(default=20, metadata={"help": "Steps of the quick verifier if none is cached."})
 
 
 def stage_prep(config: DemoConfig) -> None:
@@ -117,6 +121,37 @@ def stage_generate(config: DemoConfig) -> None:
     print(f"-> {predictions} (resumable; the same command skips finished items)\n")
 
 
+def stage_train(config: DemoConfig) -> None:
+    from veracity.data_prep.training_sets import main as training_sets
+    from veracity.infer.checkpoint_eval import main as evaluate_checkpoint
+    from veracity.models.registry import ModelNotFoundError, resolve_model
+    from veracity.train.sft import main as sft
+
+    out = Path(config.output_dir)
+    recipes = Path(__file__).resolve().parents[1] / "configs" / "train"
+    training_sets(["--prepared_dir", str(out / "prep"), "--output_dir", str(out / "training")])
+    sft(["--config", str(recipes / "sft_lora_smollm2_cpu.yaml"), "--train_file", str(out / "training" / "sft.jsonl"),
+         "--output_dir", str(out / "sft"), "--max_steps", str(config.sft_steps), "--save_steps", "1000",
+         "--logging_steps", "1", "--disable_tqdm", "true"])
+    print(f"-> SFT adapter (a {config.sft_steps}-step smoke run of the recipe) in {out / 'sft' / 'adapter'}")
+    sft(["--config", str(recipes / "sft_lora_nemotron8b.yaml"), "--dry_run", "true"])
+    try:
+        verifier = resolve_model("nli_verifier")
+        print(f"NLI verifier: {verifier}")
+    except ModelNotFoundError:
+        from veracity.train.nli import main as train_nli
+
+        print(f"NLI verifier: none cached — training a QUICK version ({config.nli_quick_steps} steps; not the real "
+              "verifier: run `veracity train nli --config configs/train/nli_minilm_cpu.yaml`)")
+        train_nli(["--config", str(recipes / "nli_minilm_cpu.yaml"), "--prepared_dir", str(out / "prep"),
+                   "--output_dir", str(out / "nli_quick"), "--quick", "true", "--max_steps",
+                   str(config.nli_quick_steps), "--eval_strategy", "no", "--save_strategy", "no",
+                   "--load_best_model_at_end", "false", "--max_eval_per_source", "50", "--disable_tqdm", "true"])
+    evaluate_checkpoint(["--kind", "nli", "--prepared_dir", str(out / "prep"), "--output_dir",
+                         str(out / "nli_eval"), "--max_examples", "100"])
+    print(f"-> verifier metrics in {out / 'nli_eval'}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from veracity.config import parse_config
     from veracity.rundir import write_run_config
@@ -132,4 +167,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         stage_retrieval(config)
         print("== 4. offline batch inference (engine, parsing, cache, resumable output)")
         stage_generate(config)
+        print("== 5. training (training sets, SFT smoke run, 8B dry run, NLI verifier)")
+        stage_train(config)
     print(f"demo finished; everything is under {config.output_dir}")

@@ -77,3 +77,32 @@ def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
         while chunk := handle.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+COMPLETED = "COMPLETED"
+
+
+@contextmanager
+def atomic_directory(target: str | Path, note: str) -> Iterator[Path]:
+    """Build a folder in a temp sibling and move it to ``target`` with a COMPLETED marker only on success.
+
+    For converted or merged models: a crash leaves no half-written folder where a loader would find it.
+    """
+    import shutil
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        yield tmp
+        (tmp / COMPLETED).write_text(note + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def is_completed(folder: str | Path) -> bool:
+    return (Path(folder) / COMPLETED).exists()
