@@ -23,6 +23,7 @@ CONFIG_TYPES = {
                   "veracity.infer.retrieval.index:IndexSettings"),
     "train/sft": ("veracity.train.sft:TrainScriptArgs", "trl:SFTConfig", "trl:ModelConfig"),
     "train/dpo": ("veracity.train.dpo:DPOScriptArgs", "trl:DPOConfig", "trl:ModelConfig"),
+    "train/nli": ("veracity.train.nli:NLIDataArgs", "transformers:TrainingArguments"),
 }
 
 
