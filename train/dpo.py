@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.train.sft import TrainScriptArgs, dry_run_argv, prepare_run, print_dry_run
+from veracity.train.sft import TrainScriptArgs, dry_run_argv, prepare_run, print_dry_run, train_lora
 
 logger = logging.getLogger(__name__)
 
@@ -44,26 +44,11 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
 
 def train_dpo(script: DPOScriptArgs, training_args: Any, model_args: Any) -> Path:
-    from datasets import Dataset
-    from transformers import AutoTokenizer
-    from trl import DPOTrainer, get_peft_config
+    from trl import DPOTrainer
 
-    from veracity.train.common import last_checkpoint, load_records, mark_completed
     from veracity.train.merge import merge_adapter
 
     model_dir = prepare_run(script, training_args, model_args, job="train dpo")
     if script.sft_adapter:
         model_dir = merge_adapter(str(model_dir), script.sft_adapter, Path(training_args.output_dir) / "sft_merged")
-    fields = ("prompt", "chosen", "rejected")
-    train = Dataset.from_list(load_records(script.train_file, fields, script.max_train_examples))
-    evaluation = Dataset.from_list(load_records(script.eval_file, fields)) if script.eval_file else None
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    trainer = DPOTrainer(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
-                         processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=last_checkpoint(training_args.output_dir))
-    adapter = Path(training_args.output_dir) / "adapter"
-    trainer.save_model(str(adapter))
-    tokenizer.save_pretrained(adapter)
-    (Path(training_args.output_dir) / "base_model.txt").write_text(f"{model_dir}\n")
-    mark_completed(training_args.output_dir, f"DPO adapter in {adapter} on base {model_dir}")
-    return adapter
+    return train_lora(DPOTrainer, ("prompt", "chosen", "rejected"), model_dir, script, training_args, model_args)

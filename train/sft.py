@@ -86,24 +86,35 @@ def main(argv: Sequence[str] | None = None) -> Any:
     return train_sft(script, training_args, model_args)
 
 
-def train_sft(script: TrainScriptArgs, training_args: Any, model_args: Any) -> Path:
+def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, script: TrainScriptArgs,
+               training_args: Any, model_args: Any) -> Path:
+    """Train a LoRA adapter with a TRL trainer on ``fields`` records; resume, save the adapter, mark the run done.
+
+    Shared by SFT (prompt/completion) and DPO (prompt/chosen/rejected); returns the adapter folder.
+    """
     from datasets import Dataset
     from transformers import AutoTokenizer
-    from trl import SFTTrainer, get_peft_config
+    from trl import get_peft_config
 
     from veracity.train.common import last_checkpoint, load_records, mark_completed
 
-    model_dir = prepare_run(script, training_args, model_args, job="train sft")
-    train = Dataset.from_list(load_records(script.train_file, ("prompt", "completion"), script.max_train_examples))
-    evaluation = (Dataset.from_list(load_records(script.eval_file, ("prompt", "completion")))
-                  if script.eval_file else None)
+    train = Dataset.from_list(load_records(script.train_file, fields, script.max_train_examples))
+    evaluation = Dataset.from_list(load_records(script.eval_file, fields)) if script.eval_file else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    trainer = SFTTrainer(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
-                         processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    trainer = trainer_cls(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
+                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
     trainer.train(resume_from_checkpoint=last_checkpoint(training_args.output_dir))
     adapter = Path(training_args.output_dir) / "adapter"
     trainer.save_model(str(adapter))
     tokenizer.save_pretrained(adapter)
-    mark_completed(training_args.output_dir, f"SFT adapter in {adapter}")
-    logger.info("SFT adapter saved to %s", adapter)
+    (Path(training_args.output_dir) / "base_model.txt").write_text(f"{model_dir}\n")
+    mark_completed(training_args.output_dir, f"adapter in {adapter} on base {model_dir}")
+    logger.info("adapter saved to %s", adapter)
     return adapter
+
+
+def train_sft(script: TrainScriptArgs, training_args: Any, model_args: Any) -> Path:
+    from trl import SFTTrainer
+
+    model_dir = prepare_run(script, training_args, model_args, job="train sft")
+    return train_lora(SFTTrainer, ("prompt", "completion"), model_dir, script, training_args, model_args)
