@@ -97,7 +97,8 @@ def resolve_data_root(configured: str | None) -> Path:
     )
 
 
-def summarize(name: str, records: list[Record], ctx: LoadContext, digest: str) -> dict[str, object]:
+def summarize(name: str, records: list[Record], ctx: LoadContext, digest: str,
+              input_hashes: dict[Path, str]) -> dict[str, object]:
     labels = Counter(getattr(r, "label", "-") for r in records)
     splits = Counter(getattr(r, "split", "-") for r in records)
     inputs = sorted({p for p in ctx.inputs.get(name, [])})
@@ -109,9 +110,15 @@ def summarize(name: str, records: list[Record], ctx: LoadContext, digest: str) -
         "labels": dict(sorted(labels.items())),
         "splits": dict(sorted(splits.items())),
         "events": dict(sorted(ctx.events.get(name, Counter()).items())),
-        "inputs": [{"path": ctx.origin(p, 0).rsplit(":", 1)[0], "sha256": sha256_file(p)} for p in inputs
-                   if p.is_file()],
+        "inputs": [{"path": ctx.origin(p, 0).rsplit(":", 1)[0], "sha256": _hash_once(p, input_hashes)}
+                   for p in inputs if p.is_file()],
     }
+
+
+def _hash_once(path: Path, known: dict[Path, str]) -> str:
+    if path not in known:
+        known[path] = sha256_file(path)
+    return known[path]
 
 
 def prepare(config: PrepConfig) -> dict[str, object]:
@@ -137,9 +144,10 @@ def prepare(config: PrepConfig) -> dict[str, object]:
         "skipped_invalid": len(ctx.policy.skipped),
         "outputs": {},
     }
+    input_hashes: dict[Path, str] = {}
     for name, records in sorted(outputs.items()):
         _, digest = write_jsonl(out_dir / f"{name}.jsonl", (r.to_dict() for r in records))
-        manifest["outputs"][name] = summarize(name, records, ctx, digest)  # type: ignore[index]
+        manifest["outputs"][name] = summarize(name, records, ctx, digest, input_hashes)  # type: ignore[index]
     skipped_path = out_dir / "skipped.jsonl"
     if ctx.policy.skipped:
         ordered = sorted(ctx.policy.skipped, key=lambda e: (e.path, e.line or 0))

@@ -83,7 +83,8 @@ class TransformersEngine(Engine):
                 batch_results = self._generate_batch([ids for _, ids in chunk], params)
                 for (i, _), result in zip(chunk, batch_results, strict=True):
                     results[i] = result
-        return [r for r in results if r is not None]
+        assert all(r is not None for r in results), "every request gets a result"
+        return results  # type: ignore[return-value]
 
     @torch.no_grad()
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationResult]:

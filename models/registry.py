@@ -61,8 +61,13 @@ def _convert_smollm2(package_dir: Path) -> Path:
     return convert_gguf(package_dir, "SmolLM2-135M-Instruct.Q4_1.gguf", target)
 
 
+def embedded_verifier_dir() -> Path:
+    """Where ``veracity train nli`` installs the embedded verifier, and where the registry looks for it."""
+    return cache_dir() / "models" / "nli-verifier-minilm"
+
+
 def _trained_verifier(_: Path | None = None) -> Path:
-    folder = cache_dir() / "models" / "nli-verifier-minilm"
+    folder = embedded_verifier_dir()
     if not (folder / "config.json").exists():
         raise ModelNotFoundError(
             f"no embedded NLI verifier at {folder}: no 3-way NLI model installs offline, so veracity trains its own "

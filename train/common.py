@@ -8,7 +8,6 @@ from typing import Any
 
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.readers import read_jsonl
-from veracity.io import COMPLETED
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +48,3 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
     if found:
         logger.info("resuming from %s", found)
     return found
-
-
-def mark_completed(folder: str | Path, note: str) -> None:
-    (Path(folder) / COMPLETED).write_text(note + "\n")

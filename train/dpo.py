@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.train.sft import TrainScriptArgs, dry_run_argv, prepare_run, print_dry_run, train_lora
+from veracity.train.sft import TrainScriptArgs, prepare_run, run_job, train_lora
 
 logger = logging.getLogger(__name__)
 
@@ -33,14 +33,7 @@ class DPOScriptArgs(TrainScriptArgs):
 def main(argv: Sequence[str] | None = None) -> Any:
     from trl import DPOConfig, ModelConfig
 
-    from veracity.config import parse_config
-
-    argv, half = dry_run_argv(argv)
-    script, training_args, model_args = parse_config((DPOScriptArgs, DPOConfig, ModelConfig), argv,
-                                                     prog="veracity train dpo")
-    if script.dry_run:
-        return print_dry_run(script, training_args, model_args, half)
-    return train_dpo(script, training_args, model_args)
+    return run_job((DPOScriptArgs, DPOConfig, ModelConfig), argv, "veracity train dpo", train_dpo)
 
 
 def train_dpo(script: DPOScriptArgs, training_args: Any, model_args: Any) -> Path:

@@ -136,9 +136,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
 
     from veracity.config import parse_config
-    from veracity.io import write_json
+    from veracity.io import mark_completed, write_json
     from veracity.rundir import write_run_config
-    from veracity.train.common import last_checkpoint, mark_completed
+    from veracity.train.common import last_checkpoint
 
     args, training = parse_config((NLIDataArgs, TrainingArguments), argv, prog="veracity train nli")
     if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
@@ -182,9 +182,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def install(folder: Path, report: dict[str, Any]) -> Path:
     """Copy the trained verifier to the registry's embedded location (a quick run never replaces a full one)."""
-    from veracity.models.registry import cache_dir
+    from veracity.models.registry import embedded_verifier_dir
 
-    target = cache_dir() / "models" / "nli-verifier-minilm"
+    target = embedded_verifier_dir()
     if report["quick"] and (target / "metrics.json").exists():
         if not json.loads((target / "metrics.json").read_text()).get("quick", True):
             logger.info("a full verifier is installed at %s: the quick run leaves it alone", target)

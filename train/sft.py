@@ -73,17 +73,21 @@ def prepare_run(script: TrainScriptArgs, training_args: Any, model_args: Any, jo
     return model_dir
 
 
-def main(argv: Sequence[str] | None = None) -> Any:
-    from trl import ModelConfig, SFTConfig
-
+def run_job(types: tuple[type, ...], argv: Sequence[str] | None, prog: str, train: Any) -> Any:
+    """The entry point of a LoRA job: parse (script, trainer config, ModelConfig), then dry-run or train."""
     from veracity.config import parse_config
 
     argv, half = dry_run_argv(argv)
-    script, training_args, model_args = parse_config((TrainScriptArgs, SFTConfig, ModelConfig), argv,
-                                                     prog="veracity train sft")
+    script, training_args, model_args = parse_config(types, argv, prog=prog)
     if script.dry_run:
         return print_dry_run(script, training_args, model_args, half)
-    return train_sft(script, training_args, model_args)
+    return train(script, training_args, model_args)
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    from trl import ModelConfig, SFTConfig
+
+    return run_job((TrainScriptArgs, SFTConfig, ModelConfig), argv, "veracity train sft", train_sft)
 
 
 def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, script: TrainScriptArgs,
@@ -96,7 +100,8 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
-    from veracity.train.common import last_checkpoint, load_records, mark_completed
+    from veracity.io import mark_completed
+    from veracity.train.common import last_checkpoint, load_records
 
     train = Dataset.from_list(load_records(script.train_file, fields, script.max_train_examples))
     evaluation = Dataset.from_list(load_records(script.eval_file, fields)) if script.eval_file else None

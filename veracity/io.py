@@ -95,13 +95,18 @@ def atomic_directory(target: str | Path, note: str) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
         yield tmp
-        (tmp / COMPLETED).write_text(note + "\n")
+        mark_completed(tmp, note)
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def mark_completed(folder: str | Path, note: str) -> None:
+    """Write the COMPLETED marker that says a run or model folder is whole."""
+    (Path(folder) / COMPLETED).write_text(note + "\n")
 
 
 def is_completed(folder: str | Path) -> bool:
