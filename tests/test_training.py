@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -268,6 +269,43 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
         "0": "entailment", "1": "neutral", "2": "contradiction"}
     probs = NLIScorer("embedded").probabilities(["A dog runs."], ["An animal moves."])
     assert probs.shape == (1, 3)
+    # Stage 2 continues from the stage-1 verifier: its 3-way head is kept, the caps pick the mix.
+    import torch
+
+    stage1 = tmp_path / "run" / "model"
+    head = _head(stage1)
+    dropped = next(key for key, n in report["train"]["by_bucket"].items() if n and not key.startswith("vitaminc/"))
+    report = main(["--prepared_dir", str(prepared_dir), "--init", str(stage1), "--eval_sources", "vitaminc",
+                   "--output_dir", str(tmp_path / "stage2"), "--max_steps", "1", "--learning_rate", "0.0",
+                   "--cap_per_source_label", "1", "--caps", "vitaminc=-1", f"{dropped}=0",
+                   "--report_to", "none", "--use_cpu", "true", "--install", "false", "--max_length", "64"])
+    buckets = report["train"]["by_bucket"]
+    assert buckets[dropped] == 0
+    assert all(n <= 1 for key, n in buckets.items() if not key.startswith("vitaminc/"))
+    assert sum(n for key, n in buckets.items() if key.startswith("vitaminc/")) > 3
+    assert torch.equal(_head(tmp_path / "stage2" / "model"), head)  # lr 0: the continued head is the stage-1 head
+
+
+def _head(folder: Path) -> Any:
+    from transformers import AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification.from_pretrained(folder).classifier.weight.detach().clone()
+
+
+def test_nli_caps_and_label_order(tmp_path: Path) -> None:
+    from veracity.train.nli import check_label_order, parse_caps
+
+    cap = parse_caps(["climate=-1", "sick/neutral=5", "snli = 7"], default=100)
+    assert cap("climate", "neutral") is None and cap("sick", "neutral") == 5 and cap("sick", "entailment") == 100
+    assert cap("snli", "contradiction") == 7
+    with pytest.raises(ValueError, match="'sick'"):
+        parse_caps(["sick"], default=1)
+    (tmp_path / "config.json").write_text(json.dumps({"id2label": {"0": "contradiction", "1": "entailment",
+                                                                   "2": "neutral"}}))
+    with pytest.raises(ValueError, match="config.json: field 'id2label'"):
+        check_label_order(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"id2label": {"0": "LABEL_0"}}))
+    check_label_order(tmp_path)  # a pair encoder without an NLI head: a fresh head is fine
 
 
 @pytest.mark.slow

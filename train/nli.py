@@ -2,13 +2,15 @@
 pairs, kept as a standard transformers sequence-classification folder with its label map.
 
 Usage: veracity train nli --config configs/train/nli_minilm_cpu.yaml [--quick true] [--init reranker|embedder|PATH]
+       veracity train nli --config configs/train/nli_minilm_cpu_stage2.yaml   (continues from stage 1)
 
 No 3-way NLI model installs offline, so the embedded verifier is ours. Data: the ``train`` hash split of the
 prepared NLI sources (``nli_*``) plus FEVER-family claim/evidence examples (SUPPORTS→entailment,
 NOT ENOUGH INFO→neutral, REFUTES→contradiction); ``calib`` and ``dev`` stay out, so the claims the verifier is
 evaluated on (FEVER-Symmetric, VitaminC, Climate-FEVER dev) are never trained on. Each (source, label) is capped
-so no source or class dominates. The starting point defaults to the embedded ms-marco MiniLM cross-encoder
-(dequantized from its INT8 ONNX): it already reads sentence pairs jointly. The run resumes from its last
+so no source or class dominates (``caps`` overrides the cap per source or per source/label). The starting point
+defaults to the embedded ms-marco MiniLM cross-encoder (dequantized from its INT8 ONNX): it already reads sentence
+pairs jointly; ``init`` may also name an earlier verifier to continue from (stage 2). The run resumes from its last
 checkpoint, keeps the checkpoint with the best macro-F1 on the calib split (dev is only reported), and installs
 the result as the embedded verifier (``$VERACITY_CACHE/models/nli-verifier-minilm``, with metrics.json), once
 per machine.
@@ -46,6 +48,8 @@ class NLIDataArgs:
     claim_sources: list[str] = field(default_factory=lambda: list(CLAIM_SOURCES))
     eval_sources: list[str] = field(default_factory=lambda: list(EVAL_SOURCES))
     cap_per_source_label: int = field(default=2500, metadata={"help": "Max training pairs per (source, label)."})
+    caps: list[str] = field(default_factory=list, metadata={
+        "help": "Per-source caps overriding cap_per_source_label: 'source=N' or 'source/label=N'; N=-1 keeps all."})
     max_eval_per_source: int = field(default=400, metadata={"help": "Dev pairs per source evaluated during training."})
     max_length: int = 192
     quick: bool = field(default=False, metadata={"help": "A short, labelled quick run (demo; not the verifier)."})
@@ -55,6 +59,22 @@ class NLIDataArgs:
 
 def _order(seed: int, key: str) -> int:
     return int(hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()[:12], 16)
+
+
+def parse_caps(caps: Sequence[str], default: int) -> Any:
+    """``['climate_fever_evidence=-1', 'nli_sick/neutral=300']`` → a function (source, label) → cap (None = all)."""
+    table: dict[str, int] = {}
+    for item in caps:
+        key, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"caps: {item!r} is not 'source=N' or 'source/label=N'")
+        table[key.strip()] = int(value)
+
+    def cap(source: str, label: str) -> int | None:
+        n = table.get(f"{source}/{label}", table.get(source, default))
+        return None if n < 0 else n
+
+    return cap
 
 
 def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -75,9 +95,10 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
                                                "label": label, "id": r["id"]})
     pairs = []
     counts: dict[str, int] = {}
+    cap = parse_caps(args.caps, args.cap_per_source_label)
     for (name, label), rows in sorted(buckets.items()):
         rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
-        kept = rows[: args.cap_per_source_label]
+        kept = rows[: cap(name, label)]
         counts[f"{name}/{label}"] = len(kept)
         pairs += kept
     pairs.sort(key=lambda row: _order(args.seed_data, "shuffle" + row["id"]))
@@ -106,6 +127,15 @@ def initial_model(init: str) -> Path:
     if init == "embedder":
         return resolve_model("embedder")
     return resolve_model("nli_verifier", init)
+
+
+def check_label_order(folder: Path) -> None:
+    """Continuing from a 3-way NLI model is only right if its head uses our label order (the head is kept as is)."""
+    config = json.loads((Path(folder) / "config.json").read_text())
+    names = [str(config.get("id2label", {}).get(str(i), "")).lower() for i in range(3)]
+    if sorted(names) == sorted(NLI_LABELS) and names != list(NLI_LABELS):
+        raise ValueError(f"{folder}/config.json: field 'id2label': the NLI head is ordered {names}, not "
+                         f"{list(NLI_LABELS)}; start from a model with our label order or from a pair encoder")
 
 
 def _tokenize(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> Any:
@@ -146,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.max_eval_per_source = min(args.max_eval_per_source, 100)
     write_run_config(training.output_dir, args, training, job="train nli")
     init = initial_model(args.init)
+    check_label_order(init)
     tokenizer = AutoTokenizer.from_pretrained(init)
     model = AutoModelForSequenceClassification.from_pretrained(
         init, num_labels=3, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()},
