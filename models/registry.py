@@ -71,7 +71,8 @@ def _trained_verifier(_: Path | None = None) -> Path:
     if not (folder / "config.json").exists():
         raise ModelNotFoundError(
             f"no embedded NLI verifier at {folder}: no 3-way NLI model installs offline, so veracity trains its own "
-            "(`veracity train nli`), or pass a path / hub id such as cross-encoder/nli-deberta-v3-large"
+            "(`bash scripts/train_verifier.sh`, ≈ 2.5 h on 2 cores), or pass a path / hub id such as "
+            "cross-encoder/nli-deberta-v3-large"
         )
     return folder
 

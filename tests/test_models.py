@@ -37,7 +37,7 @@ def test_missing_embedded_package_names_the_requirement(monkeypatch: pytest.Monk
 
 def test_embedded_verifier_is_ours(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("VERACITY_CACHE", str(tmp_path))
-    with pytest.raises(ModelNotFoundError, match="veracity train nli"):
+    with pytest.raises(ModelNotFoundError, match="scripts/train_verifier.sh"):
         resolve_model("nli_verifier")
     folder = tmp_path / "models" / "nli-verifier-minilm"
     folder.mkdir(parents=True)

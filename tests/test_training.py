@@ -328,3 +328,19 @@ def test_onnx_reranker_dequantizes_to_the_same_scores(tmp_path: Path) -> None:
         ours = model(**tokenizer([query] * len(docs), docs, return_tensors="pt", padding=True)).logits[:, 0].numpy()
     onnx = CrossEncoderReranker().score(query, docs)
     assert np.corrcoef(ours, onnx)[0, 1] > 0.999 and np.abs(ours - onnx).max() < 0.5
+
+
+def test_verifier_stages_chain() -> None:
+    """Each stage of scripts/train_verifier.sh continues from the model the stage before it wrote."""
+    import itertools
+    import re
+
+    import yaml
+
+    repo = Path(__file__).parents[1]
+    recipes = re.search(r"for recipe in ([^;]+);", (repo / "scripts/train_verifier.sh").read_text()).group(1).split()
+    stages = [yaml.safe_load((repo / "configs/train" / f"{name}.yaml").read_text()) for name in recipes]
+    assert len(stages) == 3 and stages[0]["init"] == "reranker"
+    for before, after in itertools.pairwise(stages):
+        assert after["init"] == f"{before['output_dir']}/model"
+    assert len({stage["output_dir"] for stage in stages}) == 3

@@ -142,7 +142,7 @@ def stage_train(config: DemoConfig) -> None:
         from veracity.train.nli import main as train_nli
 
         print(f"NLI verifier: none cached — training a QUICK version ({config.nli_quick_steps} steps; not the real "
-              "verifier: run `veracity train nli --config configs/train/nli_minilm_cpu.yaml`)")
+              "verifier: run `bash scripts/train_verifier.sh`)")
         train_nli(["--config", str(recipes / "nli_minilm_cpu.yaml"), "--prepared_dir", str(out / "prep"),
                    "--output_dir", str(out / "nli_quick"), "--quick", "true", "--max_steps",
                    str(config.nli_quick_steps), "--eval_strategy", "no", "--save_strategy", "no",
