@@ -22,6 +22,11 @@ def normalize_claim(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", ascii_only.lower())
 
 
+def hash_int(text: str) -> int:
+    """A stable 48-bit integer from ``text`` (sha256): seeded orderings and picks that never depend on the run."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
+
+
 def hash_unit(key: str, seed: int) -> float:
     """Map ``key`` to a uniform number in [0, 1) with a seeded sha256."""
     digest = hashlib.sha256(f"{seed}\x00{key}".encode()).digest()

@@ -14,7 +14,6 @@ TRL reads) and ``manifest.json``; deterministic for a given seed.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any
 
 from veracity.data_prep.r2vc_format import format_answer, grounded_rationale, prompt_messages
 from veracity.data_prep.schema import NOT_ENOUGH_INFO, TERNARY_LABELS, ClaimExample
+from veracity.data_prep.splits import hash_int
 from veracity.io import read_jsonl, write_json, write_jsonl
 
 DEFAULT_SOURCES = ["vitaminc", "fever_symmetric", "sufficient_facts_fever", "sufficient_facts_vitaminc"]
@@ -40,7 +40,7 @@ class TrainingSetConfig:
 
 
 def _unit(*parts: object) -> int:
-    return int(hashlib.sha256("\x00".join(map(str, parts)).encode()).hexdigest()[:12], 16)
+    return hash_int("\x00".join(map(str, parts)))
 
 
 def load_examples(config: TrainingSetConfig) -> list[ClaimExample]:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from veracity.data_prep.r2vc_format import prompt_messages
-from veracity.data_prep.schema import NLI_TO_TERNARY, TERNARY_LABELS, ClaimExample, to_nli
+from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, TERNARY_LABELS, TERNARY_TO_NLI, ClaimExample, to_nli
 from veracity.infer.metrics import accuracy, brier_score, confusion, expected_calibration_error, macro_f1
 from veracity.infer.r2vc_answer import parse_r2vc_answer
 from veracity.io import read_jsonl, write_json
@@ -114,17 +114,16 @@ class NLIScorer:
                                    max_length=self.max_length, padding=True, return_tensors="pt")
             with self.torch.no_grad():
                 probs = self.model(**batch).logits.float().softmax(-1).numpy()
-            out.append(probs[:, [self.order.index(name) for name in ("entailment", "neutral", "contradiction")]])
+            out.append(probs[:, [self.order.index(name) for name in NLI_LABELS]])
         return np.concatenate(out) if out else np.zeros((0, 3))
 
 
 def evaluate_nli(scorer: NLIScorer, examples: list[ClaimExample]) -> dict[str, Any]:
     probs = scorer.probabilities([e.evidence_text for e in examples], [e.claim for e in examples])
-    names = ("entailment", "neutral", "contradiction")
-    predictions = [NLI_TO_TERNARY[names[i]] for i in probs.argmax(1)]
+    predictions = [NLI_TO_TERNARY[NLI_LABELS[i]] for i in probs.argmax(1)]
     gold = [e.label for e in examples]
     metrics = label_metrics(gold, predictions)
-    gold_index = [names.index(next(n for n in names if NLI_TO_TERNARY[n] == g)) for g in gold]
+    gold_index = [NLI_LABELS.index(TERNARY_TO_NLI[g]) for g in gold]
     metrics["ece"] = expected_calibration_error(probs.max(1), [p == g for p, g in zip(predictions, gold,
                                                                                           strict=True)])
     metrics["brier"] = brier_score(probs, gold_index)

@@ -1,4 +1,4 @@
-"""What the SFT and DPO jobs share: validated training records, model resolution, resume, completion marker."""
+"""What the training jobs share: validated training records (file:line:field errors) and resume."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ per machine.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, TERNARY_TO_NLI
+from veracity.data_prep.splits import hash_int
 from veracity.io import read_jsonl
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class NLIDataArgs:
 
 
 def _order(seed: int, key: str) -> int:
-    return int(hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()[:12], 16)
+    return hash_int(f"{seed}:{key}")
 
 
 def parse_caps(caps: Sequence[str], default: int) -> Any:
@@ -213,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def install(folder: Path, report: dict[str, Any]) -> Path:
     """Copy the trained verifier to the registry's embedded location (a quick run never replaces a full one)."""
+    from veracity.io import atomic_directory, write_json
     from veracity.models.registry import embedded_verifier_dir
 
     target = embedded_verifier_dir()
@@ -220,11 +221,8 @@ def install(folder: Path, report: dict[str, Any]) -> Path:
         if not json.loads((target / "metrics.json").read_text()).get("quick", True):
             logger.info("a full verifier is installed at %s: the quick run leaves it alone", target)
             return target
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(folder, tmp)
-    (tmp / "metrics.json").write_text(json.dumps(report, indent=2))
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
+    with atomic_directory(target, f"NLI verifier from {folder}") as tmp:
+        shutil.copytree(folder, tmp, dirs_exist_ok=True)
+        write_json(tmp / "metrics.json", report)
     logger.info("installed the NLI verifier at %s", target)
     return target
