@@ -211,9 +211,13 @@ _SPAN = re.compile(r"<span[^>]*>(.*?)</span>", re.S)
 _TITLE = re.compile(r"\[\[([^\]]*)\]\]\s*")
 
 
-def original_evidence(text_orig: str) -> str:
-    """SufficientFacts ``text_orig`` → the original evidence: keep the removed span's text, drop ``[[Title]]``."""
-    return re.sub(r"\s+", " ", _TITLE.sub(" ", _SPAN.sub(r"\1", text_orig))).strip()
+def original_passages(text_orig: str) -> list[EvidencePassage]:
+    """SufficientFacts ``text_orig`` → the original evidence, one passage per ``[[Title]]`` marker, the removed
+    span's text kept (so the original carries its article titles, as the reduced evidence does)."""
+    parts = _TITLE.split(_SPAN.sub(r"\1", text_orig))  # [text before any title, title, text, title, text, ...]
+    titled = [("", parts[0])] + list(zip(parts[1::2], parts[2::2], strict=True))
+    passages = [(title.strip(), re.sub(r"\s+", " ", text).strip()) for title, text in titled]
+    return [EvidencePassage(text=text, title=title) for title, text in passages if text]
 
 
 def load_sufficient_facts(ctx: LoadContext, out: str, relative: str) -> list[ClaimExample]:
@@ -241,14 +245,15 @@ def load_sufficient_facts(ctx: LoadContext, out: str, relative: str) -> list[Cla
             if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
                 raise row.error(f"expected [title, text] pairs, got {item!r:.80}", field="evidence")
             reduced.append(EvidencePassage(text=item[1], title=item[0]))
-        original = original_evidence(row.str("text_orig"))
+        original = original_passages(row.str("text_orig"))
         key = hashlib.sha1(f"{claim}\x00{row.str('text_orig')}".encode()).hexdigest()[:12]
         split = ctx.split(claim)
         common = dict(claim=claim, source=out, split=split, origin=row.origin, group_id=key)
         meta = {"removal_type": row.opt_str("type"), "agreement": row.opt_str("agreement"), "label_after": after}
         return [
-            ClaimExample(id=f"{out}-{key}-orig", label=label_before, evidence_text=original,
-                         evidence=[EvidencePassage(text=original)], meta={**meta, "variant": "original"}, **common),
+            ClaimExample(id=f"{out}-{key}-orig", label=label_before,
+                         evidence_text=" ".join(p.text for p in original), evidence=original,
+                         meta={**meta, "variant": "original"}, **common),
             ClaimExample(id=f"{out}-{key}-reduced", label=label_after,
                          evidence_text=" ".join(p.text for p in reduced), evidence=reduced,
                          meta={**meta, "variant": "reduced"}, **common),

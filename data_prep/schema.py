@@ -129,6 +129,18 @@ class ClaimExample(Record):
     evidence_sets: list[list[str]] = field(default_factory=list)  # FEVER: alternative sets of passage_ids
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def premise(self, titles: bool = False) -> str:
+        """The evidence as a verifier reads it: plain, or each passage prefixed with its article title
+        (``Title: sentence``, as FEVER systems feed Wikipedia evidence) when ``titles`` and any passage has one."""
+        if not titles or not any(p.title for p in self.evidence):
+            return self.evidence_text
+        return " ".join(f"{readable_title(p.title)}: {p.text}" if p.title else p.text for p in self.evidence)
+
+
+def readable_title(title: str) -> str:
+    """FEVER page ids (``Alvin_and_the_Chipmunks_-LRB-film-RRB-``) → ``Alvin and the Chipmunks (film)``."""
+    return title.replace("_", " ").replace("-LRB-", "(").replace("-RRB-", ")").replace("-COLON-", ":").strip()
+
 
 @dataclass
 class NLIPair(Record):

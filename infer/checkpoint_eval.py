@@ -6,8 +6,9 @@ Usage: veracity eval checkpoint --kind generator --model runs/train/dpo_smollm2/
 Examples are prepared claim/evidence pairs (``<prepared_dir>/<source>.jsonl``, the chosen hash split).
 - generator: the R2VC prompt with the evidence as passage [1], greedy; the answer is parsed back. A parse failure
   counts as a wrong answer and is reported as the parse-failure rate.
-- nli: (evidence, claim) through a sequence-classification model; entailment / neutral / contradiction map to
-  SUPPORTS / NOT ENOUGH INFO / REFUTES; also ECE and Brier of its probabilities, and the majority-class baseline.
+- nli: (evidence, claim) through a sequence-classification model (evidence prefixed with article titles if the
+  verifier was trained so); entailment / neutral / contradiction map to SUPPORTS / NOT ENOUGH INFO / REFUTES; also
+  ECE and Brier of its probabilities, and the majority-class baseline.
 Writes ``metrics.json`` and ``results.md``.
 """
 
@@ -103,6 +104,8 @@ class NLIScorer:
         if sorted(m for m in mapping.values() if m) != sorted(NLI_TO_TERNARY):
             raise ValueError(f"{folder}: id2label {self.model.config.id2label} is not a 3-way NLI label map")
         self.order = [mapping[i] for i in range(len(mapping))]
+        # How this verifier was trained to read evidence (train nli records it; other models: plain text).
+        self.evidence_titles = bool(getattr(self.model.config, "veracity_evidence_titles", False))
         self.batch_size, self.max_length, self.torch = batch_size, max_length, torch
 
     def probabilities(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
@@ -119,7 +122,7 @@ class NLIScorer:
 
 
 def evaluate_nli(scorer: NLIScorer, examples: list[ClaimExample]) -> dict[str, Any]:
-    probs = scorer.probabilities([e.evidence_text for e in examples], [e.claim for e in examples])
+    probs = scorer.probabilities([e.premise(scorer.evidence_titles) for e in examples], [e.claim for e in examples])
     predictions = [NLI_TO_TERNARY[NLI_LABELS[i]] for i in probs.argmax(1)]
     gold = [e.label for e in examples]
     metrics = label_metrics(gold, predictions)

@@ -113,3 +113,23 @@ def test_nli_scorer_maps_any_label_order(tiny_nli_dir: Path) -> None:
     scorer = NLIScorer(str(tiny_nli_dir))
     probs = scorer.probabilities(["A man plays guitar."], ["A person makes music."])
     assert probs.shape == (1, 3) and probs.sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_nli_eval_feeds_evidence_the_way_the_verifier_was_trained() -> None:
+    from veracity.data_prep.schema import ClaimExample, EvidencePassage
+    from veracity.infer.checkpoint_eval import evaluate_nli
+
+    class Recorder:
+        def __init__(self, evidence_titles: bool) -> None:
+            self.evidence_titles, self.premises = evidence_titles, []
+
+        def probabilities(self, premises: list[str], hypotheses: list[str]) -> np.ndarray:
+            self.premises += premises
+            return np.tile([0.8, 0.1, 0.1], (len(premises), 1))
+
+    example = ClaimExample(id="x", claim="Fox made it.", label="SUPPORTS", evidence_text="Fox made it .", source="s",
+                           split="dev", origin="o", evidence=[EvidencePassage("Fox made it .", title="Alvin")])
+    for titles, premise in ((False, "Fox made it ."), (True, "Alvin: Fox made it .")):
+        scorer = Recorder(titles)
+        assert evaluate_nli(scorer, [example])["accuracy"] == 1.0  # type: ignore[arg-type]
+        assert scorer.premises == [premise]

@@ -32,8 +32,8 @@ GOLDEN: dict[str, tuple[int, str]] = {
     "fever_wiki_paragraphs": (1, "137448e5172b89d4fe7f04415899031eb406ff29ae513ddf8b5fc4a75743110c"),
     "nli_fever_dev_rte": (2, "39defd0a6da04cffa45c535d88d75b0af1453fabedffb045f9402fece4ef69cb"),
     "nli_sick": (2, "7745faa62a88e65014cc90330ee2502349faedc63dd63ef1f6033c4304b6bdb4"),
-    "sufficient_facts_fever": (4, "08bda892e915a182dc1fc0b9405bc22ea152cb1e21507de5a4f72d88db43c9c9"),
-    "sufficient_facts_vitaminc": (2, "d348da992f519a168a34ecaeb7a005abf27b64f4957fca69a6d9bc2dd7ce721b"),
+    "sufficient_facts_fever": (4, "be0b8ccbc3c9bed908802d6d1489c4018f572235ea1a323c58d44f7fac334383"),
+    "sufficient_facts_vitaminc": (2, "47c97435e827e0e9adbe648d8a825f08315f96def35eb443c3068c062f0a4339"),
     "vitaminc": (7, "24ac6c40c480d91c25fe46d8a1f6e2a71ffbcdf87d306cd36420b5a16bb0a99a"),
     "watclaimcheck_articles": (2, "970fdfd88b4735b38a59eb39f25158cabf7a4b627bb52bcc7eae305423e5b985"),
 }
@@ -120,9 +120,21 @@ def test_sufficient_facts_gives_original_and_reduced_views(prepared: tuple[Path,
     reduced = by_variant[("Hezbollah got training from Iran.", "reduced")]
     assert orig["label"] == "SUPPORTS" and orig["evidence_text"] == "Hezbollah gets training from Iran ."
     assert reduced["label"] == "NOT ENOUGH INFO" and reduced["evidence_text"] == "Hezbollah gets training"
+    # Both views carry the article title: a title only on the reduced view would tell a verifier the label.
+    assert [e["title"] for e in orig["evidence"]] == [e["title"] for e in reduced["evidence"]] == ["Page"]
     # "ENOUGH -- IRRELEVANT": the removed part did not matter, the label stays
     assert by_variant[("Gray Matters is a horror film.", "reduced")]["label"] == "REFUTES"
     assert orig["split"] == reduced["split"]
+
+
+def test_sufficient_facts_original_splits_at_each_title() -> None:
+    from veracity.data_prep.fever import original_passages
+
+    passages = original_passages('[[Alvin (film)]] It had <span style="color:red;">three</span> sequels . '
+                                 "[[Fox]] Fox released it .")
+    assert [(p.title, p.text) for p in passages] == [("Alvin (film)", "It had three sequels ."),
+                                                     ("Fox", "Fox released it .")]
+    assert [p.text for p in original_passages("no title here")] == ["no title here"]
 
 
 def test_react_paragraphs_drop_misses_and_duplicates(prepared: tuple[Path, dict]) -> None:

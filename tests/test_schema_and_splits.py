@@ -31,6 +31,19 @@ def test_nli_labels() -> None:
     assert to_nli("not_entailment") is None and to_nli(None) is None
 
 
+def test_verifier_premise_with_and_without_titles() -> None:
+    from veracity.data_prep.schema import ClaimExample, EvidencePassage
+
+    example = ClaimExample(id="x", claim="c", label="SUPPORTS", evidence_text="It had three sequels . Fox made it .",
+                           source="s", split="dev", origin="o",
+                           evidence=[EvidencePassage("It had three sequels .", title="Alvin_-LRB-film-RRB-"),
+                                     EvidencePassage("Fox made it .")])
+    assert example.premise() == example.premise(titles=False) == example.evidence_text
+    assert example.premise(titles=True) == "Alvin (film): It had three sequels . Fox made it ."
+    untitled = ClaimExample.from_dict({**example.to_dict(), "evidence": [{"text": "It had three sequels ."}]})
+    assert untitled.premise(titles=True) == untitled.evidence_text
+
+
 def test_normalize_claim_matches_the_slicing_rule() -> None:
     assert normalize_claim("Café, Zürich — 2019!") == "cafezurich2019"
 

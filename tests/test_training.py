@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -248,6 +249,11 @@ def test_nli_training_pairs_keep_evaluation_claims_out(prepared_dir: Path) -> No
     assert len([p for p in pairs if p["id"].startswith("nli_fever_dev_rte")]) == len(fever_train)
     capped, capped_stats = training_pairs(NLIDataArgs(prepared_dir=str(prepared_dir), cap_per_source_label=1))
     assert all(count <= 1 for count in capped_stats["by_bucket"].values())
+    titled, _ = training_pairs(dataclasses.replace(args, evidence_titles=True))
+    sufficient = [p["premise"] for p in titled if p["id"].startswith("sufficient_facts_fever")]
+    assert sufficient and all(premise.startswith("Page: ") for premise in sufficient)
+    assert [p["premise"] for p in titled if p["id"].startswith("nli_")] == [
+        p["premise"] for p in pairs if p["id"].startswith("nli_")]  # NLI pairs have no titles: unchanged
 
 
 def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path,
@@ -277,8 +283,9 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
     dropped = next(key for key, n in report["train"]["by_bucket"].items() if n and not key.startswith("vitaminc/"))
     report = main(["--prepared_dir", str(prepared_dir), "--init", str(stage1), "--eval_sources", "vitaminc",
                    "--output_dir", str(tmp_path / "stage2"), "--max_steps", "1", "--learning_rate", "0.0",
-                   "--cap_per_source_label", "1", "--caps", "vitaminc=-1", f"{dropped}=0",
+                   "--cap_per_source_label", "1", "--caps", "vitaminc=-1", f"{dropped}=0", "--evidence_titles", "true",
                    "--report_to", "none", "--use_cpu", "true", "--install", "false", "--max_length", "64"])
+    assert not NLIScorer(str(stage1)).evidence_titles and NLIScorer(str(tmp_path / "stage2" / "model")).evidence_titles
     buckets = report["train"]["by_bucket"]
     assert buckets[dropped] == 0
     assert all(n <= 1 for key, n in buckets.items() if not key.startswith("vitaminc/"))

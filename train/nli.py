@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from veracity.data_prep.schema import NLI_LABELS, TERNARY_TO_NLI
+from veracity.data_prep.schema import NLI_LABELS, TERNARY_TO_NLI, ClaimExample
 from veracity.data_prep.splits import hash_int
 from veracity.io import read_jsonl
 
@@ -52,6 +52,9 @@ class NLIDataArgs:
         "help": "Per-source caps overriding cap_per_source_label: 'source=N' or 'source/label=N'; N=-1 keeps all."})
     max_eval_per_source: int = field(default=400, metadata={"help": "Dev pairs per source evaluated during training."})
     max_length: int = 192
+    evidence_titles: bool = field(default=False, metadata={
+        "help": "Prefix each evidence passage with its article title ('Title: sentence'). Recorded in the model's "
+                "config.json (veracity_evidence_titles), so every scorer feeds the verifier the same way."})
     quick: bool = field(default=False, metadata={"help": "A short, labelled quick run (demo; not the verifier)."})
     install: bool = field(default=True, metadata={"help": "Install the result as the embedded verifier."})
     seed_data: int = 13
@@ -91,7 +94,7 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
         for r in read_jsonl(prepared / f"{name}.jsonl"):
             if r["split"] == "train" and r["evidence_text"].strip():
                 label = TERNARY_TO_NLI[r["label"]]
-                buckets[(name, label)].append({"premise": r["evidence_text"], "hypothesis": r["claim"],
+                buckets[(name, label)].append({"premise": _premise(r, args.evidence_titles), "hypothesis": r["claim"],
                                                "label": label, "id": r["id"]})
     pairs = []
     counts: dict[str, int] = {}
@@ -111,9 +114,13 @@ def eval_pairs(args: NLIDataArgs, split: str = "dev") -> dict[str, list[dict[str
         rows = [r for r in read_jsonl(Path(args.prepared_dir) / f"{name}.jsonl")
                 if r["split"] == split and r["evidence_text"].strip()]
         rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
-        out[name] = [{"premise": r["evidence_text"], "hypothesis": r["claim"], "label": TERNARY_TO_NLI[r["label"]]}
-                     for r in rows[: args.max_eval_per_source]]
+        out[name] = [{"premise": _premise(r, args.evidence_titles), "hypothesis": r["claim"],
+                      "label": TERNARY_TO_NLI[r["label"]]} for r in rows[: args.max_eval_per_source]]
     return out
+
+
+def _premise(record: dict[str, Any], titles: bool) -> str:
+    return ClaimExample.from_dict(record).premise(titles) if titles else record["evidence_text"]
 
 
 def initial_model(init: str) -> Path:
@@ -181,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model = AutoModelForSequenceClassification.from_pretrained(
         init, num_labels=3, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()},
         ignore_mismatched_sizes=True)  # a fresh 3-way head on the pretrained pair encoder
+    model.config.veracity_evidence_titles = args.evidence_titles  # saved with every checkpoint; scorers read it
     pairs, stats = training_pairs(args)
     logger.info("training pairs: %s", json.dumps({k: stats[k] for k in ("pairs", "labels")}))
     # Checkpoints are chosen on the calib split (all evaluation sources pooled); dev is only reported.
