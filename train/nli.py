@@ -93,11 +93,8 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
                 buckets[(name, r["label"])].append({"premise": r["premise"], "hypothesis": r["hypothesis"],
                                                     "label": r["label"], "id": r["id"]})
     for name in args.claim_sources:
-        for r in read_jsonl(prepared / f"{name}.jsonl"):
-            if r["split"] == "train" and r["evidence_text"].strip():
-                label = TERNARY_TO_NLI[r["label"]]
-                buckets[(name, label)].append({"premise": _premise(r, args.evidence_titles), "hypothesis": r["claim"],
-                                               "label": label, "id": r["id"]})
+        for pair in claim_pairs(prepared / f"{name}.jsonl", "train", args.evidence_titles):
+            buckets[(name, pair["label"])].append(pair)
     pairs = []
     counts: dict[str, int] = {}
     cap = parse_caps(args.caps, args.cap_per_source_label)
@@ -113,16 +110,18 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
 def eval_pairs(args: NLIDataArgs, split: str = "dev") -> dict[str, list[dict[str, Any]]]:
     out = {}
     for name in args.eval_sources:
-        rows = [r for r in read_jsonl(Path(args.prepared_dir) / f"{name}.jsonl")
-                if r["split"] == split and r["evidence_text"].strip()]
+        rows = claim_pairs(Path(args.prepared_dir) / f"{name}.jsonl", split, args.evidence_titles)
         rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
-        out[name] = [{"premise": _premise(r, args.evidence_titles), "hypothesis": r["claim"],
-                      "label": TERNARY_TO_NLI[r["label"]]} for r in rows[: args.max_eval_per_source]]
+        out[name] = rows[: args.max_eval_per_source]
     return out
 
 
-def _premise(record: dict[str, Any], titles: bool) -> str:
-    return ClaimExample.from_dict(record).premise(titles) if titles else record["evidence_text"]
+def claim_pairs(path: Path, split: str, titles: bool) -> list[dict[str, Any]]:
+    """(premise, hypothesis, label, id) pairs of one split of a prepared claim source, examples without evidence
+    skipped. The premise is ``ClaimExample.premise`` (with article titles when ``titles``)."""
+    examples = (ClaimExample.from_dict(r) for r in read_jsonl(path))
+    return [{"premise": e.premise(titles), "hypothesis": e.claim, "label": TERNARY_TO_NLI[e.label], "id": e.id}
+            for e in examples if e.split == split and e.evidence_text.strip()]
 
 
 def initial_model(init: str) -> Path:
