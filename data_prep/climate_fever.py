@@ -2,6 +2,9 @@
 
 Claim labels include DISPUTED (evidence both supports and refutes), which has no place in the ternary schema:
 those claims are excluded from the claim-level output and counted; their evidence pairs are kept.
+
+An evidence sentence's label is the strict majority of its annotators' votes, else NOT_ENOUGH_INFO; the votes are
+kept on each pair (``meta.votes``, ternary labels) so that evaluation can separate agreed labels from split ones.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from veracity.data_prep.schema import (
 CLIMATE_FEVER = "climate_fever/climate-fever.shared.jsonl"
 
 
-def _evidences(ctx: LoadContext, row: RawRow) -> list[tuple[EvidencePassage, str]]:
+def _evidences(ctx: LoadContext, row: RawRow) -> list[tuple[EvidencePassage, str, list[str]]]:
     items = []
     for index, ev in enumerate(row.list("evidences")):
         if not isinstance(ev, dict):
@@ -30,9 +33,13 @@ def _evidences(ctx: LoadContext, row: RawRow) -> list[tuple[EvidencePassage, str
                 raise row.error(f"evidence {index}: '{name}' missing or not a string",
                                 field=f"evidences[{index}].{name}")
         label = ctx.ternary(row, f"evidences[{index}].evidence_label", ev["evidence_label"])
+        raw_votes = ev.get("votes") or []
+        if not isinstance(raw_votes, list) or not all(v is None or isinstance(v, str) for v in raw_votes):
+            raise row.error(f"evidence {index}: 'votes' is not a list of labels", field=f"evidences[{index}].votes")
+        votes = [ctx.ternary(row, f"evidences[{index}].votes", v) for v in raw_votes if v]
         url = "https://en.wikipedia.org/wiki/" + ev["article"].replace(" ", "_")
         passage = EvidencePassage(text=ev["evidence"], title=ev["article"], url=url, passage_id=ev["evidence_id"])
-        items.append((passage, label))
+        items.append((passage, label, votes))
     return items
 
 
@@ -54,16 +61,16 @@ def load_climate_fever(ctx: LoadContext) -> dict[str, list[Record]]:
         raw_label = row.str("claim_label")
         evidences = _evidences(ctx, row)
         split = ctx.split(claim)
-        for index, (passage, _) in enumerate(evidences):  # check before adding anything of this row
+        for index, (passage, _, _) in enumerate(evidences):  # check before adding anything of this row
             known = corpus.get(passage.passage_id)
             if known is not None and known.text != passage.text:
                 raise row.error(f"evidence id {passage.passage_id!r} reused with another text",
                                 field=f"evidences[{index}].evidence_id")
-        for index, (passage, label) in enumerate(evidences):
+        for index, (passage, label, votes) in enumerate(evidences):
             pairs.append(ClaimExample(
                 id=f"cf-{claim_id}-{index}", claim=claim, label=label, evidence_text=passage.text,
                 source="climate_fever_evidence", split=split, origin=row.origin, group_id=claim_id,
-                evidence=[passage],
+                evidence=[passage], meta={"votes": votes},
             ))
             if passage.passage_id in corpus:
                 ctx.drop("climate_fever_corpus", "duplicate_sentence")
@@ -72,7 +79,7 @@ def load_climate_fever(ctx: LoadContext) -> dict[str, list[Record]]:
                     doc_id=passage.passage_id, title=passage.title, url=passage.url, text=passage.text,
                     source="climate_fever_corpus", origin=row.origin,
                 )
-        gold = [p.passage_id for p, label in evidences if label != NOT_ENOUGH_INFO]
+        gold = [p.passage_id for p, label, _ in evidences if label != NOT_ENOUGH_INFO]
         if gold:
             queries.append(RetrievalQuery(
                 query_id=f"cf-{claim_id}", text=claim, gold_ids=gold, source="climate_fever_queries", split=split,
@@ -85,8 +92,8 @@ def load_climate_fever(ctx: LoadContext) -> dict[str, list[Record]]:
             return None
         claims.append(ClaimExample(
             id=f"cf-{claim_id}", claim=claim, label=ctx.ternary(row, "claim_label"),
-            evidence_text=" ".join(p.text for p, _ in evidences), source="climate_fever_claims", split=split,
-            origin=row.origin, group_id=claim_id, evidence=[p for p, _ in evidences],
+            evidence_text=" ".join(p.text for p, _, _ in evidences), source="climate_fever_claims", split=split,
+            origin=row.origin, group_id=claim_id, evidence=[p for p, _, _ in evidences],
         ))
         return None
 

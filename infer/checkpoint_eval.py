@@ -9,6 +9,8 @@ Examples are prepared claim/evidence pairs (``<prepared_dir>/<source>.jsonl``, t
 - nli: (evidence, claim) through a sequence-classification model (evidence prefixed with article titles if the
   verifier was trained so); entailment / neutral / contradiction map to SUPPORTS / NOT ENOUGH INFO / REFUTES; also
   ECE and Brier of its probabilities, and the majority-class baseline.
+Both: where examples carry annotator votes (Climate-FEVER evidence, ``meta.votes``), accuracy by gold label and
+agreement ("SUPPORTS, unanimous" / "SUPPORTS, split"), since a label out of split votes is partly a coin toss.
 Writes ``metrics.json`` and ``results.md``.
 """
 
@@ -25,7 +27,14 @@ import numpy as np
 
 from veracity.data_prep.r2vc_format import prompt_messages
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, TERNARY_LABELS, TERNARY_TO_NLI, ClaimExample, to_nli
-from veracity.infer.metrics import accuracy, brier_score, confusion, expected_calibration_error, macro_f1
+from veracity.infer.metrics import (
+    accuracy,
+    accuracy_by_group,
+    brier_score,
+    confusion,
+    expected_calibration_error,
+    macro_f1,
+)
 from veracity.infer.r2vc_answer import parse_r2vc_answer
 from veracity.io import read_jsonl, write_json
 from veracity.models.engine import Engine, GenerationRequest
@@ -56,16 +65,29 @@ def load_examples(args: CheckpointEvalArgs, source: str) -> list[ClaimExample]:
     return examples[: args.max_examples] if args.max_examples else examples
 
 
-def label_metrics(gold: list[str], pred: list[str | None]) -> dict[str, Any]:
+def agreement_group(example: ClaimExample) -> str | None:
+    """"<gold>, unanimous" or "<gold>, split" from the example's annotator votes; None without votes."""
+    votes = example.meta.get("votes") if isinstance(example.meta, dict) else None
+    if not votes:
+        return None
+    return f"{example.label}, {'unanimous' if len(set(votes)) == 1 else 'split'}"
+
+
+def label_metrics(examples: list[ClaimExample], pred: list[str | None]) -> dict[str, Any]:
+    gold = [e.label for e in examples]
     labels = [lab for lab in TERNARY_LABELS if lab in set(gold)]
     majority = Counter(gold).most_common(1)[0][0] if gold else None
-    return {
+    metrics = {
         "examples": len(gold),
         "accuracy": accuracy(gold, pred),
         "macro_f1": macro_f1(gold, pred, labels),
         "majority_class_accuracy": accuracy(gold, [majority] * len(gold)),
         "confusion": confusion(gold, pred, list(TERNARY_LABELS)),
     }
+    by_agreement = accuracy_by_group(gold, pred, [agreement_group(e) for e in examples])
+    if by_agreement:
+        metrics["by_agreement"] = by_agreement
+    return metrics
 
 
 def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tokens: int) -> dict[str, Any]:
@@ -82,7 +104,7 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
         predictions.append(answer.label if answer else None)
         if error:
             failures[error.split(":")[0]] += 1
-    metrics = label_metrics([e.label for e in examples], predictions)
+    metrics = label_metrics(examples, predictions)
     metrics["parse_failure_rate"] = sum(failures.values()) / len(examples) if examples else 0.0
     metrics["failures"] = dict(failures)
     return metrics
@@ -125,7 +147,7 @@ def evaluate_nli(scorer: NLIScorer, examples: list[ClaimExample]) -> dict[str, A
     probs = scorer.probabilities([e.premise(scorer.evidence_titles) for e in examples], [e.claim for e in examples])
     predictions = [NLI_TO_TERNARY[NLI_LABELS[i]] for i in probs.argmax(1)]
     gold = [e.label for e in examples]
-    metrics = label_metrics(gold, predictions)
+    metrics = label_metrics(examples, predictions)
     gold_index = [NLI_LABELS.index(TERNARY_TO_NLI[g]) for g in gold]
     metrics["ece"] = expected_calibration_error(probs.max(1), [p == g for p, g in zip(predictions, gold,
                                                                                           strict=True)])
@@ -139,6 +161,11 @@ def markdown(results: dict[str, dict[str, Any]], kind: str) -> str:
     for source, m in results.items():
         lines.append(f"| {source} | {m['examples']} | {m['accuracy']:.3f} | {m['macro_f1']:.3f} | "
                      f"{m['majority_class_accuracy']:.3f} | {m[extra]:.3f} |")
+    for source, m in results.items():
+        if m.get("by_agreement"):
+            lines += ["", f"{source}, accuracy by gold label and annotator agreement:", "",
+                      "| gold, votes | examples | accuracy |", "|---|---:|---:|"]
+            lines += [f"| {group} | {g['examples']} | {g['accuracy']:.3f} |" for group, g in m["by_agreement"].items()]
     return "\n".join(lines)
 
 

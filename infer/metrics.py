@@ -35,6 +35,17 @@ def confusion(gold: Sequence[str], pred: Sequence[str | None], labels: Sequence[
     return table
 
 
+def accuracy_by_group(gold: Sequence[str], pred: Sequence[str | None], groups: Sequence[str | None]
+                      ) -> dict[str, dict[str, float | int]]:
+    """``{group: {"examples": n, "accuracy": a}}`` over the examples whose group is not None, groups sorted."""
+    members: dict[str, list[int]] = {}
+    for i, group in enumerate(groups):
+        if group is not None:
+            members.setdefault(group, []).append(i)
+    return {group: {"examples": len(idx), "accuracy": accuracy([gold[i] for i in idx], [pred[i] for i in idx])}
+            for group, idx in sorted(members.items())}
+
+
 def brier_score(probabilities: np.ndarray, gold_index: Sequence[int]) -> float:
     """Multi-class Brier score: mean over examples of Σ_k (p_k − 1[k = gold])²."""
     probabilities = np.asarray(probabilities, dtype=float)

@@ -81,19 +81,19 @@ def build_data_root(root: Path) -> Path:
     _jsonl(root / "vitaminc/sufficient_facts_vitaminc.shared.jsonl", [
         _sufficient("UNESCO launched it in 2004 .", "SUPPORTS", "NOT ENOUGH", "UNESCO runs it", "since 2004"),
     ])
-    ev = {"entropy": 0.0, "votes": []}
+    ev = {"entropy": 0.0}
     _jsonl(root / "climate_fever/climate-fever.shared.jsonl", [
         {"claim_id": "0", "claim": "Global warming drives polar bears to extinction", "claim_label": "SUPPORTS",
          "evidences": [
              {"evidence_id": "Global warming:14", "evidence_label": "SUPPORTS", "article": "Global warming",
-              "evidence": "Impacts include extinction of species.", **ev},
+              "evidence": "Impacts include extinction of species.", "votes": ["SUPPORTS", "SUPPORTS", None], **ev},
              {"evidence_id": "Bees:1", "evidence_label": "NOT_ENOUGH_INFO", "article": "Bees",
-              "evidence": "Bees are insects.", **ev},
+              "evidence": "Bees are insects.", "votes": ["SUPPORTS", "NOT_ENOUGH_INFO"], **ev},
          ]},
         {"claim_id": "1", "claim": "Sea level rise is disputed", "claim_label": "DISPUTED",
          "evidences": [
              {"evidence_id": "Global warming:14", "evidence_label": "REFUTES", "article": "Global warming",
-              "evidence": "Impacts include extinction of species.", **ev},
+              "evidence": "Impacts include extinction of species.", "votes": [], **ev},
          ]},
     ])
     qa = [{"question": "Where was it published?", "answers": [

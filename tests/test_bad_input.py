@@ -83,6 +83,19 @@ def test_unknown_label_in_nested_field(mutable_data_root: Path, tmp_path: Path) 
         _prep(mutable_data_root, tmp_path / "out", ["climate_fever"])
 
 
+@pytest.mark.parametrize(("votes", "message"), [
+    (["SUPPORTS", "MAYBE"], r"field 'evidences\[0\]\.votes': unknown label 'MAYBE'"),
+    ("SUPPORTS", r"field 'evidences\[0\]\.votes': evidence 0: 'votes' is not a list of labels"),
+])
+def test_bad_annotator_votes(mutable_data_root: Path, tmp_path: Path, votes: object, message: str) -> None:
+    path = mutable_data_root / "climate_fever/climate-fever.shared.jsonl"
+    row = {"claim_id": "9", "claim": "c", "claim_label": "SUPPORTS", "evidences": [
+        {"evidence_id": "A:1", "evidence_label": "SUPPORTS", "article": "A", "evidence": "t", "votes": votes}]}
+    line = _append_line(path, json.dumps(row).encode())
+    with pytest.raises(DataError, match=rf":{line}: {message}"):
+        _prep(mutable_data_root, tmp_path / "out", ["climate_fever"])
+
+
 def test_json_array_reports_the_line_of_the_bad_record(tmp_path: Path) -> None:
     path = tmp_path / "a.json"
     path.write_text('[\n  {"a": 1},\n  {"a": 2},\n  {"a": \n')

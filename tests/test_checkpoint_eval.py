@@ -10,7 +10,14 @@ import pytest
 
 from veracity.data_prep.prepare import PrepConfig, prepare
 from veracity.data_prep.r2vc_format import format_answer
-from veracity.infer.metrics import accuracy, brier_score, confusion, expected_calibration_error, macro_f1
+from veracity.infer.metrics import (
+    accuracy,
+    accuracy_by_group,
+    brier_score,
+    confusion,
+    expected_calibration_error,
+    macro_f1,
+)
 from veracity.models.engine import Candidate, Engine, GenerationResult
 
 
@@ -26,6 +33,8 @@ def test_metrics_known_values() -> None:
     assert expected_calibration_error([0.9, 0.9, 0.3, 0.3], [True, True, False, False], bins=10) == pytest.approx(
         0.5 * 0.1 + 0.5 * 0.3)
     assert expected_calibration_error([], []) == 0.0
+    assert accuracy_by_group(gold, pred, ["b", "a", "b", None]) == {  # None: not in any group
+        "a": {"examples": 1, "accuracy": 0.0}, "b": {"examples": 2, "accuracy": 1.0}}
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +142,23 @@ def test_nli_eval_feeds_evidence_the_way_the_verifier_was_trained() -> None:
         scorer = Recorder(titles)
         assert evaluate_nli(scorer, [example])["accuracy"] == 1.0  # type: ignore[arg-type]
         assert scorer.premises == [premise]
+
+
+def test_accuracy_by_annotator_agreement(tmp_path: Path) -> None:
+    from veracity.data_prep.schema import ClaimExample
+    from veracity.infer.checkpoint_eval import label_metrics, markdown
+
+    def example(label: str, votes: list[str] | None) -> ClaimExample:
+        return ClaimExample(id="x", claim="c", label=label, evidence_text="e", source="s", split="dev", origin="o",
+                            meta={"votes": votes} if votes is not None else {})
+
+    examples = [example("SUPPORTS", ["SUPPORTS", "SUPPORTS"]), example("NOT ENOUGH INFO", ["SUPPORTS", "REFUTES"]),
+                example("NOT ENOUGH INFO", ["NOT ENOUGH INFO", "SUPPORTS"]), example("REFUTES", None)]
+    metrics = label_metrics(examples, ["SUPPORTS", "SUPPORTS", "NOT ENOUGH INFO", "REFUTES"])
+    assert metrics["accuracy"] == 0.75
+    assert metrics["by_agreement"] == {"NOT ENOUGH INFO, split": {"examples": 2, "accuracy": 0.5},
+                                       "SUPPORTS, unanimous": {"examples": 1, "accuracy": 1.0}}
+    metrics["ece"] = 0.0
+    assert "| SUPPORTS, unanimous | 1 | 1.000 |" in markdown({"climate": metrics}, "nli")
+    no_votes = label_metrics([example("REFUTES", None)], ["REFUTES"])
+    assert "by_agreement" not in no_votes and "annotator" not in markdown({"s": {**no_votes, "ece": 0.0}}, "nli")

@@ -23,7 +23,7 @@ GOLDEN: dict[str, tuple[int, str]] = {
     "checkthat4b_queries": (4, "84fa30c24312dc68cc63f1b9d573b9183653e5abd9e656b7217c3e67f9ed0e41"),
     "climate_fever_claims": (1, "8d9a845af80feff3a1bb9e9735017b0a06a162b50aa8a718e7b2862c071b85ed"),
     "climate_fever_corpus": (2, "44d2f68b0efafd29ed6af81a0eee2aada75a6368d5e08264c3c6b02f31a6e646"),
-    "climate_fever_evidence": (3, "71afefdba85344386c06879c4c38ad296a1bbdbef27e17d9f1e720ad70a7aaa5"),
+    "climate_fever_evidence": (3, "7e9f16113dac7e30aacb3e7e0d6490f867fdf191b8dad6a14a1d95db0a10bfa8"),
     "climate_fever_queries": (2, "fc7f1f7d6d27b9d190535da58da0f7926c2a5cd8c1abf0431b8e01a38de0e80e"),
     "fever_evidence_corpus": (4, "83ed039f1e622deb1c1ad0990945a21d37af29abecc4fd71ea11157da8216db8"),
     "fever_evidence_queries": (4, "2bdbf1127dca4d30136cc5a943cbcd285ddff4d665d1b6dfbd9819562650573a"),
@@ -161,8 +161,10 @@ def test_climate_fever_outputs(prepared: tuple[Path, dict]) -> None:
     assert [c["id"] for c in claims] == ["cf-0"]  # DISPUTED excluded and counted
     assert manifest["outputs"]["climate_fever_claims"]["events"] == {"filtered:excluded_label_DISPUTED": 1}
     pairs = records(out, "climate_fever_evidence")
-    assert [(p["id"], p["label"]) for p in pairs] == [
-        ("cf-0-0", "SUPPORTS"), ("cf-0-1", "NOT ENOUGH INFO"), ("cf-1-0", "REFUTES")]
+    assert [(p["id"], p["label"], p["meta"]["votes"]) for p in pairs] == [  # empty votes dropped, labels ternary
+        ("cf-0-0", "SUPPORTS", ["SUPPORTS", "SUPPORTS"]),
+        ("cf-0-1", "NOT ENOUGH INFO", ["SUPPORTS", "NOT ENOUGH INFO"]),
+        ("cf-1-0", "REFUTES", [])]
     corpus = records(out, "climate_fever_corpus")
     assert [d["doc_id"] for d in corpus] == ["Global warming:14", "Bees:1"]
     queries = records(out, "climate_fever_queries")
