@@ -11,7 +11,8 @@ Examples are prepared claim/evidence pairs (``<prepared_dir>/<source>.jsonl``, t
   ECE and Brier of its probabilities, and the majority-class baseline.
 Both: where examples carry annotator votes (Climate-FEVER evidence, ``meta.votes``), accuracy by gold label and
 agreement ("SUPPORTS, unanimous" / "SUPPORTS, split"), since a label out of split votes is partly a coin toss.
-Writes ``metrics.json`` and ``results.md``.
+Writes ``metrics.json``, ``results.md`` and ``predictions.jsonl`` (one row per example: id, source, gold, prediction,
+and the verifier's probabilities or the generator's raw answer), for error analysis.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ from veracity.infer.metrics import (
     macro_f1,
 )
 from veracity.infer.r2vc_answer import parse_r2vc_answer
-from veracity.io import read_jsonl, write_json
+from veracity.io import read_jsonl, write_json, write_jsonl
 from veracity.models.engine import Engine, GenerationRequest
 
 logger = logging.getLogger(__name__)
@@ -90,24 +92,33 @@ def label_metrics(examples: list[ClaimExample], pred: list[str | None]) -> dict[
     return metrics
 
 
-def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tokens: int) -> dict[str, Any]:
+Evaluation = tuple[dict[str, Any], list[dict[str, Any]]]  # metrics, one prediction row per example
+
+
+def prediction_row(example: ClaimExample, pred: str | None, **extra: Any) -> dict[str, Any]:
+    return {"id": example.id, "source": example.source, "split": example.split, "gold": example.label,
+            "prediction": pred, "agreement": agreement_group(example), **extra}
+
+
+def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tokens: int) -> Evaluation:
     requests = [GenerationRequest.chat(prompt_messages(e.claim, [e.evidence_text]), max_new_tokens=max_new_tokens)
                 for e in examples]
     predictions: list[str | None] = []
+    rows = []
     failures: Counter[str] = Counter()
-    for result in engine.generate(requests):
-        if not result.ok:
-            predictions.append(None)
-            failures[result.error.split(":")[0]] += 1  # type: ignore[union-attr]
-            continue
-        answer, error = parse_r2vc_answer(result.candidates[0].text, num_passages=1)
-        predictions.append(answer.label if answer else None)
+    for example, result in zip(examples, engine.generate(requests), strict=True):
+        text, answer, error = None, None, result.error
+        if result.ok:
+            text = result.candidates[0].text
+            answer, error = parse_r2vc_answer(text, num_passages=1)
         if error:
             failures[error.split(":")[0]] += 1
+        predictions.append(answer.label if answer else None)
+        rows.append(prediction_row(example, predictions[-1], answer=text, error=error))
     metrics = label_metrics(examples, predictions)
     metrics["parse_failure_rate"] = sum(failures.values()) / len(examples) if examples else 0.0
     metrics["failures"] = dict(failures)
-    return metrics
+    return metrics, rows
 
 
 class NLIScorer:
@@ -143,7 +154,7 @@ class NLIScorer:
         return np.concatenate(out) if out else np.zeros((0, 3))
 
 
-def evaluate_nli(scorer: NLIScorer, examples: list[ClaimExample]) -> dict[str, Any]:
+def evaluate_nli(scorer: NLIScorer, examples: list[ClaimExample]) -> Evaluation:
     probs = scorer.probabilities([e.premise(scorer.evidence_titles) for e in examples], [e.claim for e in examples])
     predictions = [NLI_TO_TERNARY[NLI_LABELS[i]] for i in probs.argmax(1)]
     gold = [e.label for e in examples]
@@ -152,7 +163,10 @@ def evaluate_nli(scorer: NLIScorer, examples: list[ClaimExample]) -> dict[str, A
     metrics["ece"] = expected_calibration_error(probs.max(1), [p == g for p, g in zip(predictions, gold,
                                                                                           strict=True)])
     metrics["brier"] = brier_score(probs, gold_index)
-    return metrics
+    rows = [prediction_row(e, pred, probabilities={NLI_TO_TERNARY[name]: round(float(x), 6)
+                                                   for name, x in zip(NLI_LABELS, row, strict=True)})
+            for e, pred, row in zip(examples, predictions, probs, strict=True)]
+    return metrics, rows
 
 
 def markdown(results: dict[str, dict[str, Any]], kind: str) -> str:
@@ -177,14 +191,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, engine_config = parse_config((CheckpointEvalArgs, EngineConfig), argv, prog="veracity eval checkpoint")
     write_run_config(args.output_dir, args, engine_config, job="eval checkpoint")
     results: dict[str, dict[str, Any]] = {}
+    rows: list[dict[str, Any]] = []
     if args.kind == "generator":
         engine = make_engine(engine_config)
-        for source in args.sources:
-            results[source] = evaluate_generator(engine, load_examples(args, source), args.max_new_tokens)
+        evaluate = partial(evaluate_generator, engine, max_new_tokens=args.max_new_tokens)
     else:
         scorer = NLIScorer(args.nli_model, args.nli_batch_size)
-        for source in args.sources:
-            results[source] = evaluate_nli(scorer, load_examples(args, source))
+        evaluate = partial(evaluate_nli, scorer)
+    for source in args.sources:
+        results[source], source_rows = evaluate(load_examples(args, source))
+        rows += source_rows
+    write_jsonl(Path(args.output_dir) / "predictions.jsonl", rows)
     write_json(Path(args.output_dir) / "metrics.json", results)
     table = markdown(results, args.kind)
     (Path(args.output_dir) / "results.md").write_text(table + "\n", encoding="utf-8")

@@ -72,10 +72,13 @@ def test_generator_eval_counts_parse_failures_as_wrong(prepared_dir: Path) -> No
 
     examples = load_examples(CheckpointEvalArgs(prepared_dir=str(prepared_dir)), "vitaminc")
     known = {e.claim: e.label for e in examples[:4]}
-    metrics = evaluate_generator(ScriptedEngine(known), examples, 32)
+    metrics, rows = evaluate_generator(ScriptedEngine(known), examples, 32)
     assert metrics["examples"] == len(examples) == 7
     assert metrics["accuracy"] == pytest.approx(4 / 7)
     assert metrics["parse_failure_rate"] == pytest.approx(3 / 7) and metrics["failures"] == {"no_json_object": 3}
+    assert [r["id"] for r in rows] == [e.id for e in examples]
+    assert [r["prediction"] for r in rows[:4]] == [e.label for e in examples[:4]] and rows[4]["prediction"] is None
+    assert rows[4]["answer"] == "I think it is true." and rows[4]["error"].startswith("no_json_object")
 
 
 def test_generator_eval_job_with_a_real_engine(prepared_dir: Path, tiny_lm_dir: Path, tmp_path: Path) -> None:
@@ -114,6 +117,12 @@ def test_nli_eval_job(prepared_dir: Path, tiny_nli_dir: Path, tmp_path: Path) ->
         assert total == metrics["examples"] > 0, source
         assert 0.0 <= metrics["ece"] <= 1.0 and 0.0 <= metrics["brier"] <= 2.0
     assert json.loads((tmp_path / "metrics.json").read_text()).keys() == {"vitaminc", "fever_symmetric"}
+    rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == sum(m["examples"] for m in results.values())
+    assert {r["source"] for r in rows} == {"vitaminc", "fever_symmetric"}
+    for row in rows:
+        assert sum(row["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
+        assert row["prediction"] == max(row["probabilities"], key=row["probabilities"].get)
 
 
 def test_nli_scorer_maps_any_label_order(tiny_nli_dir: Path) -> None:
@@ -140,7 +149,8 @@ def test_nli_eval_feeds_evidence_the_way_the_verifier_was_trained() -> None:
                            split="dev", origin="o", evidence=[EvidencePassage("Fox made it .", title="Alvin")])
     for titles, premise in ((False, "Fox made it ."), (True, "Alvin: Fox made it .")):
         scorer = Recorder(titles)
-        assert evaluate_nli(scorer, [example])["accuracy"] == 1.0  # type: ignore[arg-type]
+        metrics, rows = evaluate_nli(scorer, [example])  # type: ignore[arg-type]
+        assert metrics["accuracy"] == 1.0 and rows[0]["probabilities"]["SUPPORTS"] == pytest.approx(0.8)
         assert scorer.premises == [premise]
 
 
