@@ -69,7 +69,7 @@ def load_examples(args: CheckpointEvalArgs, source: str) -> list[ClaimExample]:
 
 def agreement_group(example: ClaimExample) -> str | None:
     """"<gold>, unanimous" or "<gold>, split" from the example's annotator votes; None without votes."""
-    votes = example.meta.get("votes") if isinstance(example.meta, dict) else None
+    votes = example.meta.get("votes")
     if not votes:
         return None
     return f"{example.label}, {'unanimous' if len(set(votes)) == 1 else 'split'}"

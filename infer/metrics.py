@@ -1,4 +1,5 @@
-"""Classification and calibration metrics as pure functions (accuracy, macro-F1, confusion, Brier, ECE)."""
+"""Classification and calibration metrics as pure functions (accuracy, per-group accuracy, macro-F1, confusion,
+Brier, ECE)."""
 
 from __future__ import annotations
 
