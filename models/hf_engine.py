@@ -19,7 +19,7 @@ from veracity.models.engine import (
     SamplingParams,
     finite_or_none,
 )
-from veracity.models.registry import model_fingerprint, resolve_model
+from veracity.models.registry import ModelNotFoundError, model_fingerprint, resolve_model
 
 logger = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -39,16 +39,21 @@ class TransformersEngine(Engine):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         torch_dtype = DTYPES.get(dtype, torch.float32 if device == "cpu" else torch.bfloat16)
         self.model = AutoModelForCausalLM.from_pretrained(self.folder, dtype=torch_dtype).to(device)
-        fingerprint = model_fingerprint(self.folder)
+        # The cache key: weights by content (two adapters alike in config and shapes still differ), plus the
+        # dtype the model runs in (bfloat16 and float32 decode differently).
+        self._model_id = f"{self.folder}#{model_fingerprint(self.folder)}"
         if adapter:
             from peft import PeftModel
 
-            self.model = PeftModel.from_pretrained(self.model, adapter)
-            fingerprint += "+" + model_fingerprint(Path(adapter))
+            adapter_dir = Path(adapter).expanduser().resolve()
+            if not adapter_dir.is_dir():
+                raise ModelNotFoundError(f"adapter folder {adapter!r} does not exist")
+            self.model = PeftModel.from_pretrained(self.model, str(adapter_dir))
+            self._model_id += f"+adapter:{adapter_dir}#{model_fingerprint(adapter_dir)}"
+        self._model_id += f"@{str(torch_dtype).removeprefix('torch.')}"
         self.model.eval()
         self.device, self.batch_size = device, batch_size
         self.context = max_context or getattr(self.model.config, "max_position_embeddings", None)
-        self._model_id = f"{self.folder}#{fingerprint}"
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
         self.eos_ids.discard(None)

@@ -10,13 +10,14 @@ Usage: veracity models [list | resolve ROLE [--name NAME] [--scale embedded|real
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from veracity.models.fingerprint import model_fingerprint  # noqa: F401 - callers import it from the registry
 
 CACHE_ENV = "VERACITY_CACHE"
 EMBEDDED = "embedded"
@@ -114,16 +115,6 @@ ROLES: dict[str, Role] = {
         embedded_builder=_trained_verifier,
     ),
 }
-
-
-def model_fingerprint(folder: Path) -> str:
-    """A short hash of a model folder's configuration files and weight sizes: tells two models apart cheaply."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and (path.suffix == ".json" or path.name.endswith((".safetensors", ".bin", ".onnx"))):
-            digest.update(path.relative_to(folder).as_posix().encode())
-            digest.update(path.read_bytes() if path.suffix == ".json" else str(path.stat().st_size).encode())
-    return digest.hexdigest()[:16]
 
 
 def resolve_model(role: str, name: str | None = None, scale: str = EMBEDDED) -> Path:
