@@ -12,16 +12,32 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def process_umask() -> int:
+    """The process umask, read without changing it where Linux says it (``os.umask`` alone must set one)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore at once (briefly visible to other threads)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temp file next to ``path`` and rename it over ``path`` only if the block succeeds.
 
-    A crash or an exception leaves the previous file (if any) untouched and no half-written output behind.
+    A crash or an exception leaves the previous file (if any) untouched and no half-written output behind. The file
+    gets the mode a plain ``open`` would give it (``0o666`` less the umask), not the temp file's private ``0o600``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~process_umask())
         encoding = None if "b" in mode else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding, newline=None if "b" in mode else "\n") as handle:
             yield handle
@@ -86,7 +102,8 @@ COMPLETED = "COMPLETED"
 def atomic_directory(target: str | Path, note: str) -> Iterator[Path]:
     """Build a folder in a temp sibling and move it to ``target`` with a COMPLETED marker only on success.
 
-    For converted or merged models: a crash leaves no half-written folder where a loader would find it.
+    For converted or merged models: a crash leaves no half-written folder where a loader would find it. The folder
+    gets the mode a plain ``mkdir`` would give it (``0o777`` less the umask), not the temp folder's private ``0o700``.
     """
     import shutil
 
@@ -94,6 +111,7 @@ def atomic_directory(target: str | Path, note: str) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
+        tmp.chmod(0o777 & ~process_umask())
         yield tmp
         mark_completed(tmp, note)
         if target.exists():
