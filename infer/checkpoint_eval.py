@@ -25,10 +25,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.r2vc_format import prompt_messages
-from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, TERNARY_LABELS, TERNARY_TO_NLI, ClaimExample, to_nli
+from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, TERNARY_LABELS, TERNARY_TO_NLI, ClaimExample
 from veracity.infer.metrics import (
     accuracy,
     accuracy_by_group,
@@ -38,8 +37,9 @@ from veracity.infer.metrics import (
     macro_f1,
 )
 from veracity.infer.r2vc_answer import parse_r2vc_answer
-from veracity.io import read_jsonl, write_json, write_jsonl
+from veracity.io import write_json, write_jsonl
 from veracity.models.engine import Engine, GenerationRequest
+from veracity.models.nli import NLIVerifier
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class CheckpointEvalArgs:
     output_dir: str = field(default="runs/eval_checkpoint", metadata={"help": "Run directory."})
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
     max_new_tokens: int = 160
-    nli_batch_size: int = 16
+    nli_batch_size: int = 32
 
     def __post_init__(self) -> None:
         if self.kind not in ("generator", "nli"):
@@ -62,8 +62,8 @@ class CheckpointEvalArgs:
 
 
 def load_examples(args: CheckpointEvalArgs, source: str) -> list[ClaimExample]:
-    rows = (ClaimExample.from_dict(r) for r in read_jsonl(Path(args.prepared_dir) / f"{source}.jsonl"))
-    examples = [e for e in rows if e.split == args.split and e.evidence_text.strip()]
+    rows = read_prepared(args.prepared_dir, source, [args.split])
+    examples = [e for e in rows if isinstance(e, ClaimExample) and e.evidence_text.strip()]
     return examples[: args.max_examples] if args.max_examples else examples
 
 
@@ -121,41 +121,8 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
     return metrics, rows
 
 
-class NLIScorer:
-    """(premise, hypothesis) → probabilities over ``entailment, neutral, contradiction`` from any 3-way model."""
-
-    def __init__(self, model: str = "embedded", batch_size: int = 16, max_length: int = 256):
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        from veracity.models.registry import resolve_model
-
-        folder = resolve_model("nli_verifier", model)
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
-        mapping = {int(i): to_nli(name) for i, name in self.model.config.id2label.items()}
-        if sorted(m for m in mapping.values() if m) != sorted(NLI_TO_TERNARY):
-            raise ValueError(f"{folder}: id2label {self.model.config.id2label} is not a 3-way NLI label map")
-        self.order = [mapping[i] for i in range(len(mapping))]
-        # How this verifier was trained to read evidence (train nli records it; other models: plain text).
-        self.evidence_titles = bool(getattr(self.model.config, "veracity_evidence_titles", False))
-        self.batch_size, self.max_length, self.torch = batch_size, max_length, torch
-
-    def probabilities(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
-        """Rows follow ``NLI order`` entailment, neutral, contradiction."""
-        out = []
-        for start in range(0, len(premises), self.batch_size):
-            batch = self.tokenizer(list(premises[start : start + self.batch_size]),
-                                   list(hypotheses[start : start + self.batch_size]), truncation=True,
-                                   max_length=self.max_length, padding=True, return_tensors="pt")
-            with self.torch.no_grad():
-                probs = self.model(**batch).logits.float().softmax(-1).numpy()
-            out.append(probs[:, [self.order.index(name) for name in NLI_LABELS]])
-        return np.concatenate(out) if out else np.zeros((0, 3))
-
-
-def evaluate_nli(scorer: NLIScorer, examples: list[ClaimExample]) -> Evaluation:
-    probs = scorer.probabilities([e.premise(scorer.evidence_titles) for e in examples], [e.claim for e in examples])
+def evaluate_nli(scorer: NLIVerifier, examples: list[ClaimExample]) -> Evaluation:
+    probs = scorer.predict([e.premise(scorer.evidence_titles) for e in examples], [e.claim for e in examples])
     predictions = [NLI_TO_TERNARY[NLI_LABELS[i]] for i in probs.argmax(1)]
     gold = [e.label for e in examples]
     metrics = label_metrics(examples, predictions)
@@ -196,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         engine = make_engine(engine_config)
         evaluate = partial(evaluate_generator, engine, max_new_tokens=args.max_new_tokens)
     else:
-        scorer = NLIScorer(args.nli_model, args.nli_batch_size)
+        scorer = NLIVerifier(args.nli_model, args.nli_batch_size)
         evaluate = partial(evaluate_nli, scorer)
     for source in args.sources:
         results[source], source_rows = evaluate(load_examples(args, source))

@@ -125,14 +125,6 @@ def test_nli_eval_job(prepared_dir: Path, tiny_nli_dir: Path, tmp_path: Path) ->
         assert row["prediction"] == max(row["probabilities"], key=row["probabilities"].get)
 
 
-def test_nli_scorer_maps_any_label_order(tiny_nli_dir: Path) -> None:
-    from veracity.infer.checkpoint_eval import NLIScorer
-
-    scorer = NLIScorer(str(tiny_nli_dir))
-    probs = scorer.probabilities(["A man plays guitar."], ["A person makes music."])
-    assert probs.shape == (1, 3) and probs.sum() == pytest.approx(1.0, abs=1e-5)
-
-
 def test_nli_eval_feeds_evidence_the_way_the_verifier_was_trained() -> None:
     from veracity.data_prep.schema import ClaimExample, EvidencePassage
     from veracity.infer.checkpoint_eval import evaluate_nli
@@ -141,7 +133,7 @@ def test_nli_eval_feeds_evidence_the_way_the_verifier_was_trained() -> None:
         def __init__(self, evidence_titles: bool) -> None:
             self.evidence_titles, self.premises = evidence_titles, []
 
-        def probabilities(self, premises: list[str], hypotheses: list[str]) -> np.ndarray:
+        def predict(self, premises: list[str], hypotheses: list[str]) -> np.ndarray:
             self.premises += premises
             return np.tile([0.8, 0.1, 0.1], (len(premises), 1))
 

@@ -258,7 +258,7 @@ def test_nli_training_pairs_keep_evaluation_claims_out(prepared_dir: Path) -> No
 
 def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from veracity.infer.checkpoint_eval import NLIScorer
+    from veracity.models.nli import NLIVerifier
     from veracity.models.registry import resolve_model
     from veracity.train.nli import main
 
@@ -273,7 +273,7 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
     assert installed == tmp_path / "cache" / "models" / "nli-verifier-minilm"
     assert json.loads((installed / "config.json").read_text())["id2label"] == {
         "0": "entailment", "1": "neutral", "2": "contradiction"}
-    probs = NLIScorer("embedded").probabilities(["A dog runs."], ["An animal moves."])
+    probs = NLIVerifier("embedded").probabilities(["A dog runs."], ["An animal moves."])
     assert probs.shape == (1, 3)
     # Stage 2 continues from the stage-1 verifier: its 3-way head is kept, the caps pick the mix.
     import torch
@@ -285,7 +285,9 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
                    "--output_dir", str(tmp_path / "stage2"), "--max_steps", "1", "--learning_rate", "0.0",
                    "--cap_per_source_label", "1", "--caps", "vitaminc=-1", f"{dropped}=0", "--evidence_titles", "true",
                    "--report_to", "none", "--use_cpu", "true", "--install", "false", "--max_length", "64"])
-    assert not NLIScorer(str(stage1)).evidence_titles and NLIScorer(str(tmp_path / "stage2" / "model")).evidence_titles
+    assert not NLIVerifier(str(stage1)).evidence_titles
+    assert NLIVerifier(str(stage1)).max_length == 64  # read back from config.json (veracity_max_length)
+    assert NLIVerifier(str(tmp_path / "stage2" / "model")).evidence_titles
     buckets = report["train"]["by_bucket"]
     assert buckets[dropped] == 0
     assert all(n <= 1 for key, n in buckets.items() if not key.startswith("vitaminc/"))

@@ -189,7 +189,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model = AutoModelForSequenceClassification.from_pretrained(
         init, num_labels=3, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()},
         ignore_mismatched_sizes=True)  # a fresh 3-way head on the pretrained pair encoder
-    model.config.veracity_evidence_titles = args.evidence_titles  # saved with every checkpoint; scorers read it
+    # How the verifier reads its input, saved with every checkpoint; models/nli.py:NLIVerifier reads it back.
+    model.config.veracity_evidence_titles = args.evidence_titles
+    model.config.veracity_max_length = args.max_length
+    model.config.veracity_truncation = "only_first"  # the premise (evidence) side, as _tokenize cuts it
     pairs, stats = training_pairs(args)
     logger.info("training pairs: %s", json.dumps({k: stats[k] for k in ("pairs", "labels")}))
     # Checkpoints are chosen on the calib split (all evaluation sources pooled); dev is only reported.

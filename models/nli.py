@@ -1,0 +1,181 @@
+"""The NLI verifier as a model: (premise, hypothesis) → probabilities of entailment, neutral, contradiction.
+
+Loads any 3-way sequence-classification folder (the embedded verifier veracity trains, or
+``cross-encoder/nli-deberta-v3-large`` at real scale) and feeds it the way it was trained: label order from
+``id2label``; article titles, ``max_length`` and the truncation side from the ``veracity_*`` keys ``train nli``
+writes into ``config.json``. Inputs are scored in length-sorted batches, each distinct pair once per call.
+
+A premise longer than the token budget is not truncated: it is split into overlapping, sentence-packed windows
+that each fit (tokens are counted, not sentences), every window is scored, and the windows are aggregated —
+entailment and contradiction are the max over windows (one window that settles the claim is enough), neutral the
+min, renormalised. How many inputs were split is reported in :attr:`NLIVerifier.stats`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
+
+logger = logging.getLogger(__name__)
+# Verifiers trained before train nli recorded its input settings were all trained at 128 tokens, premise side
+# truncated (the three shipped recipes); other models (hub cross-encoders) get their tokenizer's limit.
+LEGACY_VERACITY_MAX_LENGTH = 128
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text`` by end punctuation (a window boundary; no linguistic claim beyond that)."""
+    return [s for s in _SENTENCE_END.split(text.strip()) if s]
+
+
+def pack_windows(sentences: Sequence[str], lengths: Sequence[int], budget: int, overlap: int = 1) -> list[list[int]]:
+    """Group sentence indices into consecutive windows of at most ``budget`` tokens, ``overlap`` sentences shared.
+
+    A sentence longer than the budget forms a window of its own (the caller cuts it by tokens).
+
+    Args:
+        sentences: the sentences (only their count is used; lengths carry the sizes).
+        lengths: tokens of each sentence (a separating space counted in).
+        budget: tokens per window.
+        overlap: sentences repeated at the start of the next window, so a fact spanning a boundary is seen whole.
+    """
+    windows: list[list[int]] = []
+    start = 0
+    while start < len(sentences):
+        end, used = start, 0
+        while end < len(sentences) and (end == start or used + lengths[end] <= budget):
+            used += lengths[end]
+            end += 1
+        windows.append(list(range(start, end)))
+        if end >= len(sentences):
+            break
+        start = max(end - overlap, start + 1)
+    return windows
+
+
+def aggregate_windows(probabilities: np.ndarray) -> np.ndarray:
+    """One row from the rows of a premise's windows: max entailment, min neutral, max contradiction, renormalised."""
+    probabilities = np.asarray(probabilities, dtype=float)
+    row = np.array([probabilities[:, 0].max(), probabilities[:, 1].min(), probabilities[:, 2].max()])
+    return row / row.sum()
+
+
+@dataclass
+class VerifierStats:
+    """What the last calls did: pairs asked, distinct pairs scored, premises split into windows, forward rows."""
+
+    pairs: int = 0
+    distinct: int = 0
+    windowed: int = 0
+    windows: int = 0
+    truncated_hypotheses: int = 0
+    by_call: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, int]:
+        return {k: v for k, v in self.__dict__.items() if k != "by_call"}
+
+
+class NLIVerifier:
+    """A 3-way NLI cross-encoder, batched and windowed; rows follow :data:`NLI_LABELS`."""
+
+    def __init__(self, model: str = "embedded", batch_size: int = 32, device: str = "cpu",
+                 max_length: int | None = None):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from veracity.models.registry import resolve_model
+
+        self.folder = Path(resolve_model("nli_verifier", model))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        self.model = AutoModelForSequenceClassification.from_pretrained(self.folder).to(device).eval()
+        config = self.model.config
+        mapping = {int(i): to_nli(name) for i, name in config.id2label.items()}
+        if len(mapping) != 3 or sorted(m for m in mapping.values() if m) != sorted(NLI_TO_TERNARY):
+            raise ValueError(f"{self.folder}/config.json: field 'id2label': {config.id2label} is not a 3-way NLI "
+                             "label map (entailment, neutral, contradiction)")
+        self.columns = [[mapping[i] for i in range(3)].index(name) for name in NLI_LABELS]
+        ours = hasattr(config, "veracity_evidence_titles")
+        self.evidence_titles = bool(getattr(config, "veracity_evidence_titles", False))
+        limit = min(getattr(self.tokenizer, "model_max_length", 512) or 512,
+                    getattr(config, "max_position_embeddings", 512) or 512, 512)
+        self.max_length = int(max_length or getattr(config, "veracity_max_length", 0)
+                              or (LEGACY_VERACITY_MAX_LENGTH if ours else limit))
+        self.batch_size, self.device, self.torch = batch_size, device, torch
+        self.stats = VerifierStats()
+        self._special = self.tokenizer.num_special_tokens_to_add(pair=True)
+
+    # --- public -----------------------------------------------------------------------------------------
+
+    def predict(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        """Probabilities ``(n, 3)`` in :data:`NLI_LABELS` order, one row per (premise, hypothesis)."""
+        if len(premises) != len(hypotheses):
+            raise ValueError(f"{len(premises)} premises for {len(hypotheses)} hypotheses")
+        distinct = list(dict.fromkeys(zip(premises, hypotheses, strict=True)))
+        self.stats.pairs += len(premises)
+        self.stats.distinct += len(distinct)
+        self.stats.by_call.append(len(distinct))
+        inputs: list[tuple[str, str]] = []
+        owner: list[int] = []
+        for k, (premise, hypothesis) in enumerate(distinct):
+            windows = self.windows(premise, hypothesis)
+            inputs += [(w, hypothesis) for w in windows]
+            owner += [k] * len(windows)
+        rows, owner_array = self._forward(inputs), np.asarray(owner)
+        # One window: its own row (the aggregate of one row is that row); several: aggregated.
+        scored = {pair: aggregate_windows(rows[owner_array == k]) for k, pair in enumerate(distinct)}
+        out = [scored[pair] for pair in zip(premises, hypotheses, strict=True)]
+        return np.vstack(out) if out else np.zeros((0, 3))
+
+    probabilities = predict  # the name the checkpoint evaluation used
+
+    def windows(self, premise: str, hypothesis: str) -> list[str]:
+        """``[premise]`` if the pair fits ``max_length``, else sentence-packed windows that each fit."""
+        hyp_tokens = len(self.tokenizer(hypothesis, add_special_tokens=False)["input_ids"])
+        budget = self.max_length - self._special - hyp_tokens
+        if budget < 16:  # the claim alone nearly fills the model: the tokenizer truncates it (counted)
+            self.stats.truncated_hypotheses += 1
+            budget = max(16, (self.max_length - self._special) // 2)
+        if len(self.tokenizer(premise, add_special_tokens=False)["input_ids"]) <= budget:
+            return [premise]
+        sentences = self._fitting_pieces(split_sentences(premise), budget)
+        lengths = [len(self.tokenizer(" " + s, add_special_tokens=False)["input_ids"]) for s in sentences]
+        windows = [" ".join(sentences[i] for i in idx) for idx in pack_windows(sentences, lengths, budget)]
+        self.stats.windowed += 1
+        self.stats.windows += len(windows)
+        return windows
+
+    # --- internals --------------------------------------------------------------------------------------
+
+    def _fitting_pieces(self, sentences: list[str], budget: int) -> list[str]:
+        """Sentences, with any sentence over the budget cut into token pieces that fit."""
+        pieces = []
+        for sentence in sentences:
+            ids = self.tokenizer(sentence, add_special_tokens=False)["input_ids"]
+            if len(ids) <= budget:
+                pieces.append(sentence)
+                continue
+            step = max(1, budget - 2)
+            pieces += [self.tokenizer.decode(ids[i : i + step]) for i in range(0, len(ids), step)]
+        return pieces
+
+    def _forward(self, inputs: list[tuple[str, str]]) -> np.ndarray:
+        if not inputs:
+            return np.zeros((0, 3))
+        lengths = [len(p) + len(h) for p, h in inputs]
+        order = np.argsort(lengths, kind="stable")  # similar lengths together: less padding per batch
+        out = np.zeros((len(inputs), 3))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            batch = self.tokenizer([inputs[i][0] for i in idx], [inputs[i][1] for i in idx], truncation=True,
+                                   max_length=self.max_length, padding=True, return_tensors="pt").to(self.device)
+            with self.torch.inference_mode():
+                probs = self.model(**batch).logits.float().softmax(-1).cpu().numpy()
+            out[idx] = probs[:, self.columns]
+        return out

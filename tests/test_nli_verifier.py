@@ -1,0 +1,116 @@
+"""NLIVerifier: label order from id2label, input settings from config.json, windows instead of truncation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from veracity.models.nli import aggregate_windows, pack_windows, split_sentences
+
+
+def _save_tiny_nli(folder: Path, tokenizer_dir: Path, id2label: dict[int, str], permutation: list[int] | None = None,
+                   **config_keys: object) -> Path:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    tokenizer = BertTokenizerFast.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, num_labels=3, max_position_embeddings=128)
+    model = BertForSequenceClassification(config)
+    if permutation is not None:  # the same network with its output rows reordered
+        with torch.no_grad():
+            model.classifier.weight.copy_(model.classifier.weight[permutation])
+            model.classifier.bias.copy_(model.classifier.bias[permutation])
+    model.config.id2label = id2label
+    model.config.label2id = {v: k for k, v in id2label.items()}
+    for key, value in config_keys.items():
+        setattr(model.config, key, value)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def verifier_dirs(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("nli_verifier")
+    plain = _save_tiny_nli(base / "plain", tiny_encoder_dir, {0: "entailment", 1: "neutral", 2: "contradiction"},
+                           veracity_max_length=40, veracity_evidence_titles=True)
+    # Row i of the permuted head is row permutation[i] of the plain one; its label names follow.
+    permuted = _save_tiny_nli(base / "permuted", tiny_encoder_dir,
+                              {0: "CONTRADICTION", 1: "ENTAILMENT", 2: "NEUTRAL"}, permutation=[2, 0, 1],
+                              veracity_max_length=40, veracity_evidence_titles=True)
+    return {"plain": plain, "permuted": permuted}
+
+
+def test_a_permuted_label_map_gives_the_same_probabilities(verifier_dirs: dict[str, Path]) -> None:
+    from veracity.models.nli import NLIVerifier
+
+    premises, hypotheses = ["A man plays guitar.", "The sky is green."], ["A person makes music.", "The sky is blue."]
+    plain = NLIVerifier(str(verifier_dirs["plain"])).predict(premises, hypotheses)
+    permuted = NLIVerifier(str(verifier_dirs["permuted"])).predict(premises, hypotheses)
+    assert plain.shape == (2, 3)
+    np.testing.assert_allclose(plain.sum(1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(permuted, plain, atol=1e-6)
+    assert not np.allclose(plain[:, 0], plain[:, 2])  # a real difference between columns, so the check has teeth
+
+
+def test_input_settings_come_from_config_json(verifier_dirs: dict[str, Path], tmp_path: Path,
+                                              tiny_encoder_dir: Path) -> None:
+    from veracity.models.nli import LEGACY_VERACITY_MAX_LENGTH, NLIVerifier
+
+    verifier = NLIVerifier(str(verifier_dirs["plain"]))
+    assert verifier.max_length == 40 and verifier.evidence_titles
+    legacy = _save_tiny_nli(tmp_path / "legacy", tiny_encoder_dir, {0: "entailment", 1: "neutral", 2: "contradiction"},
+                            veracity_evidence_titles=False)  # trained before max_length was recorded
+    assert NLIVerifier(str(legacy)).max_length == LEGACY_VERACITY_MAX_LENGTH
+    hub_like = _save_tiny_nli(tmp_path / "hub", tiny_encoder_dir, {0: "contradiction", 1: "entailment", 2: "neutral"})
+    hub_verifier = NLIVerifier(str(hub_like))  # the model's own limit: tokenizer and position embeddings
+    assert hub_verifier.max_length == min(hub_verifier.tokenizer.model_max_length, 128)
+    bad = _save_tiny_nli(tmp_path / "bad", tiny_encoder_dir, {0: "yes", 1: "no", 2: "maybe"})
+    with pytest.raises(ValueError, match="id2label"):
+        NLIVerifier(str(bad))
+
+
+def test_a_long_premise_is_windowed_not_truncated(verifier_dirs: dict[str, Path]) -> None:
+    from veracity.models.nli import NLIVerifier
+
+    verifier = NLIVerifier(str(verifier_dirs["plain"]))
+    sentences = [f"Sentence number {i} says the river is {i} miles long." for i in range(12)]
+    premise, claim = " ".join(sentences), "The river is 11 miles long."
+    windows = verifier.windows(premise, claim)
+    assert len(windows) > 1 and verifier.stats.windowed == 1
+    tok = verifier.tokenizer
+    for window in windows:  # each window fits the model with the claim
+        assert len(tok(window, claim)["input_ids"]) <= verifier.max_length
+    covered = " ".join(windows)
+    assert all(s in covered for s in sentences)  # nothing dropped: the last sentence (the answer) is in a window
+    probs = verifier.predict([premise], [claim])
+    expected = aggregate_windows(verifier.predict(windows, [claim] * len(windows)))
+    np.testing.assert_allclose(probs[0], expected, atol=1e-6)
+
+
+def test_each_distinct_pair_is_scored_once(verifier_dirs: dict[str, Path]) -> None:
+    from veracity.models.nli import NLIVerifier
+
+    verifier = NLIVerifier(str(verifier_dirs["plain"]))
+    probs = verifier.predict(["a.", "b.", "a."], ["c", "c", "c"])
+    assert verifier.stats.pairs == 3 and verifier.stats.distinct == 2
+    np.testing.assert_allclose(probs[0], probs[2])
+
+
+def test_pack_windows_overlap_and_budget() -> None:
+    assert pack_windows(["a", "b", "c", "d"], [4, 4, 4, 4], budget=8) == [[0, 1], [1, 2], [2, 3]]
+    assert pack_windows(["a", "b"], [3, 3], budget=10) == [[0, 1]]
+    assert pack_windows(["long", "x"], [20, 2], budget=8) == [[0], [1]]  # an oversized sentence stands alone
+    assert split_sentences("One. Two? Three! four") == ["One.", "Two?", "Three!", "four"]
+
+
+def test_aggregate_windows_takes_max_entailment_and_contradiction() -> None:
+    rows = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]])
+    out = aggregate_windows(rows)
+    np.testing.assert_allclose(out, np.array([0.7, 0.2, 0.6]) / 1.5)
+    assert json.dumps(out.tolist())  # plain floats
