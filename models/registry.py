@@ -5,13 +5,20 @@ embedded default (small, installed from PyPI, runs offline on a CPU). Callers as
 name; they get a folder that ``from_pretrained`` (or sentence-transformers) loads. The same code path serves
 both scales: only the name differs.
 
-Usage: veracity models [list | resolve ROLE [--name NAME] [--scale embedded|real]]
+Models we make ourselves (the NLI verifier) are looked up, in order, in the user cache
+(``cache_dir()/models/<folder>``) and in a models root beside the data root (``$VERACITY_MODELS_ROOT``, else
+``../shared/models`` or ``shared/models`` from the working directory), both in the same folder layout.
+
+Usage: veracity models {list | resolve ROLE [--name NAME] [--scale embedded|real] | install ROLE PATH}
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import logging
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,14 +26,25 @@ from pathlib import Path
 
 from veracity.models.fingerprint import model_fingerprint  # noqa: F401 - callers import it from the registry
 
+logger = logging.getLogger(__name__)
 CACHE_ENV = "VERACITY_CACHE"
+MODELS_ROOT_ENV = "VERACITY_MODELS_ROOT"
+# Relative to the working directory: a checkout beside shared/ (../shared/models) or one that holds it.
+DEFAULT_MODELS_ROOTS = ("../shared/models", "shared/models")
 EMBEDDED = "embedded"
 REAL = "real"
+VERIFIER_FOLDER = "nli-verifier-minilm"  # the embedded verifier's folder name in the cache and the models root
 
 
 def cache_dir() -> Path:
     """Where converted and trained models live: ``$VERACITY_CACHE`` or ``~/.cache/veracity``."""
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "veracity")
+
+
+def models_roots() -> list[Path]:
+    """Folders of pre-built models in the cache layout: ``$VERACITY_MODELS_ROOT``, else the default roots."""
+    configured = os.environ.get(MODELS_ROOT_ENV)
+    return [Path(configured).expanduser()] if configured else [Path(p) for p in DEFAULT_MODELS_ROOTS]
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -63,34 +81,75 @@ def _convert_smollm2(package_dir: Path) -> Path:
 
 
 def embedded_verifier_dir() -> Path:
-    """Where ``veracity train nli`` installs the embedded verifier, and where the registry looks for it."""
-    return cache_dir() / "models" / "nli-verifier-minilm"
+    """Where ``veracity train nli`` installs the embedded verifier, and where the registry looks for it first."""
+    return cache_dir() / "models" / VERIFIER_FOLDER
 
 
-def _trained_verifier(_: Path | None = None) -> Path:
-    folder = embedded_verifier_dir()
-    if not (folder / "config.json").exists():
-        raise ModelNotFoundError(
-            f"no embedded NLI verifier at {folder}: no 3-way NLI model installs offline, so veracity trains its own "
-            "(`bash scripts/train_verifier.sh`, ≈ 2.5 h on 2 cores), or pass a path / hub id such as "
-            "cross-encoder/nli-deberta-v3-large"
-        )
-    return folder
+def check_nli_folder(folder: Path) -> None:
+    """Raise ValueError unless ``folder`` holds a config whose ``id2label`` is a 3-way NLI label map.
+
+    The same test as ``NLIScorer``: every label read through ``to_nli``, and together they must be entailment,
+    neutral and contradiction.
+    """
+    from transformers import AutoConfig
+
+    from veracity.data_prep.schema import NLI_TO_TERNARY, to_nli
+
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except Exception as error:  # whatever transformers raises for a folder it cannot read
+        raise ValueError(f"{folder} does not load as a transformers model ({type(error).__name__}: {error})") \
+            from error
+    labels = {int(i): to_nli(name) for i, name in (config.id2label or {}).items()}
+    if sorted(m for m in labels.values() if m) != sorted(NLI_TO_TERNARY):
+        raise ValueError(f"{folder}: id2label {config.id2label} is not a 3-way NLI label map "
+                         "(entailment, neutral, contradiction)")
 
 
 @dataclass(frozen=True)
 class Role:
+    """A job a model does, with its real-scale default and where its embedded default comes from.
+
+    An embedded default is either a PyPI package (``embedded``) or a folder we make ourselves (``folder``), found
+    in the cache and then in the models root; ``make_hint`` says how to make it and ``option`` which flag of the
+    jobs passes a model for this role explicitly.
+    """
+
     name: str
     description: str
     real_scale: str
     embedded: EmbeddedModel | None = None
-    embedded_builder: Callable[[], Path] | None = None  # for embedded models we make ourselves
+    folder: str | None = None
+    make_hint: str = ""
+    option: str = "--name"
+    check: Callable[[Path], None] | None = None  # what `veracity models install` verifies before copying
+
+    def cache_folder(self) -> Path | None:
+        """The user cache location of a model we make ourselves (None for package-shipped roles)."""
+        return cache_dir() / "models" / self.folder if self.folder else None
+
+    def candidate_folders(self) -> list[Path]:
+        """Where the embedded default of a self-made model may be, in lookup order."""
+        if not self.folder:
+            return []
+        cached = self.cache_folder()
+        assert cached is not None
+        return [cached] + [root / self.folder for root in models_roots()]
 
     def embedded_path(self) -> Path:
         if self.embedded is not None:
             return self.embedded.locate()
-        assert self.embedded_builder is not None
-        return self.embedded_builder()
+        for folder in self.candidate_folders():
+            # config.json is what a loader needs; the trainer's COMPLETED marker may be there too, but folders
+            # copied by hand (the models root) need not carry it.
+            if (folder / "config.json").is_file():
+                return folder if folder.is_absolute() else folder.resolve()  # a root relative to the cwd
+        roots = " or ".join(str(root / str(self.folder)) for root in models_roots())
+        raise ModelNotFoundError(
+            f"no embedded {self.name} model: looked for (1) an explicit path (none given: pass {self.option} PATH "
+            f"or a hub id such as {self.real_scale}), (2) the cache folder {self.cache_folder()}, (3) the models "
+            f"root {roots} (set ${MODELS_ROOT_ENV}). {self.make_hint}"
+        )
 
 
 ROLES: dict[str, Role] = {
@@ -112,7 +171,11 @@ ROLES: dict[str, Role] = {
     "nli_verifier": Role(
         "nli_verifier", "3-way NLI cross-encoder behind the R2VC verifier signals",
         real_scale="cross-encoder/nli-deberta-v3-large",
-        embedded_builder=_trained_verifier,
+        folder=VERIFIER_FOLDER,
+        make_hint=("No 3-way NLI model installs offline, so veracity trains its own: `bash scripts/train_verifier.sh` "
+                   "(≈ 2.5 h on 2 cores), or copy a trained one in with `veracity models install nli_verifier PATH`."),
+        option="--nli_model",
+        check=check_nli_folder,
     ),
 }
 
@@ -124,6 +187,9 @@ def resolve_model(role: str, name: str | None = None, scale: str = EMBEDDED) -> 
         role: one of :data:`ROLES`.
         name: a local path, a hub id, or ``"embedded"``/``"real"``; None uses the default for ``scale``.
         scale: which default to use when ``name`` is None.
+
+    An explicit path wins. The embedded default of a model we make ourselves (see :class:`Role`) is the first of
+    ``cache_dir()/models/<folder>`` and ``<models root>/<folder>`` that holds a ``config.json``.
 
     Raises:
         ModelNotFoundError: with the package to install or the path to set.
@@ -156,26 +222,98 @@ def _download(role: str, repo_id: str) -> Path:
     except Exception as error:  # offline, gated, missing: one clear message instead of a stack of hub errors
         raise ModelNotFoundError(
             f"cannot get {repo_id!r} for role {role!r} ({type(error).__name__}): this machine has no hub access "
-            f"or the id is wrong. Pass a local folder (--name /path/to/model) or use the embedded default "
+            f"or the id is wrong. Pass a local folder ({ROLES[role].option} /path/to/model) or use the embedded "
+            "default "
             f"({ROLES[role].embedded.requirement if ROLES[role].embedded else 'see the role description'})"
         ) from error
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = list(argv or ["list"])
-    if args[0] == "list":
-        for role in ROLES.values():
-            embedded = role.embedded.requirement if role.embedded else "trained by veracity (veracity train nli)"
-            print(f"{role.name:13} real: {role.real_scale:42} embedded: {embedded}\n{'':13} {role.description}")
-        return
-    if args[0] == "resolve" and len(args) >= 2:
-        name = args[args.index("--name") + 1] if "--name" in args else None
-        scale = args[args.index("--scale") + 1] if "--scale" in args else EMBEDDED
-        try:
-            print(resolve_model(args[1], name, scale))
-        except (ModelNotFoundError, KeyError, ValueError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            raise SystemExit(2) from None
-        return
-    print(__doc__.strip().splitlines()[-1], file=sys.stderr)
-    raise SystemExit(2)
+def install_model(role: str, source: str | Path) -> Path:
+    """Copy a model folder to the cache location of ``role``, where :func:`resolve_model` finds it first.
+
+    The folder is checked first (it loads with ``AutoConfig``; for the verifier, a 3-way NLI label map) and copied
+    atomically, so a failed copy leaves whatever was installed before. Hidden files and ``checkpoint-*`` resume
+    folders are not copied.
+
+    Args:
+        role: a role whose embedded default is a folder we make ourselves (``nli_verifier``).
+        source: the folder to install.
+
+    Returns:
+        The installed folder (for ``nli_verifier``: :func:`embedded_verifier_dir`).
+
+    Raises:
+        KeyError: unknown role. ValueError: a role without a cache location, or a folder that fails the check.
+    """
+    from veracity.io import atomic_directory
+
+    if role not in ROLES:
+        raise KeyError(f"unknown model role {role!r}; roles: {sorted(ROLES)}")
+    spec = ROLES[role]
+    target = spec.cache_folder()
+    if target is None:
+        raise ValueError(f"role {role!r} is served from a package or a path (--name PATH), nothing to install")
+    source = Path(source).expanduser().resolve()
+    if not (source / "config.json").is_file():
+        raise ValueError(f"{source} is not a model folder (no config.json)")
+    if spec.check is not None:
+        spec.check(source)
+    with atomic_directory(target, f"{role} installed from {source}") as tmp:
+        for path in sorted(source.rglob("*")):
+            rel = path.relative_to(source)
+            if not path.is_file() or any(p.startswith((".", "checkpoint-")) for p in rel.parts):
+                continue
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            # Contents only: a read-only source (the shared models root) must not make the copy read-only.
+            shutil.copyfile(path, tmp / rel)
+    logger.info("installed %s from %s at %s", role, source, target)
+    return target
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The ``veracity models`` command line: ``list``, ``resolve`` and ``install`` sub-commands."""
+    parser = argparse.ArgumentParser(prog="veracity models", description="List, resolve and install the models "
+                                     "of each role. Without a sub-command: list.")
+    commands = parser.add_subparsers(dest="command", metavar="{list,resolve,install}")
+    commands.add_parser("list", help="every role with its real-scale and embedded defaults")
+    resolve = commands.add_parser("resolve", help="print the local folder a role resolves to")
+    resolve.add_argument("role", choices=sorted(ROLES))
+    resolve.add_argument("--name", default=None, help="a local path, hub id, 'embedded' or 'real'")
+    resolve.add_argument("--scale", choices=(EMBEDDED, REAL), default=EMBEDDED,
+                         help="which default to use without --name (default: embedded)")
+    install = commands.add_parser("install", help="copy a model folder to the role's cache location (checked first)")
+    install.add_argument("role", choices=sorted(r for r, spec in ROLES.items() if spec.folder))
+    install.add_argument("path", type=Path, help="the model folder to install")
+    return parser
+
+
+def _list_roles() -> None:
+    for role in ROLES.values():
+        if role.embedded:
+            embedded = role.embedded.requirement
+        else:
+            embedded = f"made by veracity: {', '.join(str(p) for p in role.candidate_folders())}"
+        print(f"{role.name:13} real: {role.real_scale:42} embedded: {embedded}\n{'':13} {role.description}")
+
+
+def main(argv: Sequence[str] | None = None) -> Path | None:
+    """``veracity models``: resolution and install errors exit with code 2 and a one-line message.
+
+    Returns:
+        The folder printed by ``resolve`` or ``install``; None for ``list``.
+    """
+    args = make_parser().parse_args(argv)
+    try:
+        if args.command == "resolve":
+            folder = resolve_model(args.role, args.name, args.scale)
+        elif args.command == "install":
+            folder = install_model(args.role, args.path)
+        else:
+            _list_roles()
+            return None
+    except (ModelNotFoundError, KeyError, ValueError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+        print(f"veracity models {args.command}: error: {' '.join(str(message).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(folder)
+    return folder

@@ -37,12 +37,148 @@ def test_missing_embedded_package_names_the_requirement(monkeypatch: pytest.Monk
 
 def test_embedded_verifier_is_ours(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("VERACITY_CACHE", str(tmp_path))
+    monkeypatch.setenv("VERACITY_MODELS_ROOT", str(tmp_path / "no-models-root"))
     with pytest.raises(ModelNotFoundError, match="scripts/train_verifier.sh"):
         resolve_model("nli_verifier")
     folder = tmp_path / "models" / "nli-verifier-minilm"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     assert resolve_model("nli_verifier") == folder
+
+
+def _nli_folder(folder: Path, id2label: dict[int, str]) -> Path:
+    """A tiny BertForSequenceClassification saved with ``id2label`` (config + weights; install reads the config)."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32, num_labels=len(id2label),
+                        id2label=id2label, label2id={v: k for k, v in id2label.items()})
+    BertForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+THREE_WAY = {0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"}
+
+
+@pytest.fixture()
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """An empty user cache and an empty models root, set through the environment."""
+    monkeypatch.setenv("VERACITY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VERACITY_MODELS_ROOT", str(tmp_path / "root"))
+    return {"cache": tmp_path / "cache" / "models" / "nli-verifier-minilm",
+            "root": tmp_path / "root" / "nli-verifier-minilm"}
+
+
+def _verifier(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_verifier_resolution_order(places: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError) as missing:
+        resolve_model("nli_verifier")
+    message = str(missing.value)
+    for place in ("--nli_model", str(places["cache"]), str(places["root"]), "bash scripts/train_verifier.sh"):
+        assert place in message
+    assert "\n" not in message
+    _verifier(places["root"])
+    assert resolve_model("nli_verifier") == places["root"], "the models root when the cache has none"
+    _verifier(places["cache"])
+    assert resolve_model("nli_verifier") == places["cache"], "the user cache before the models root"
+    explicit = _verifier(tmp_path / "mine")
+    assert resolve_model("nli_verifier", str(explicit)) == explicit.resolve(), "an explicit path before both"
+
+
+def test_a_root_folder_without_config_is_skipped(places: dict[str, Path]) -> None:
+    places["root"].mkdir(parents=True)
+    (places["root"] / "COMPLETED").write_text("")
+    with pytest.raises(ModelNotFoundError, match="models root"):
+        resolve_model("nli_verifier")
+
+
+@pytest.mark.parametrize("layout", ["../shared/models", "shared/models"])
+def test_default_models_roots_are_relative_to_the_working_directory(
+        layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VERACITY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("VERACITY_MODELS_ROOT", raising=False)
+    checkout = tmp_path / "work" / "main"
+    checkout.mkdir(parents=True)
+    monkeypatch.chdir(checkout)
+    folder = _verifier(checkout / layout / "nli-verifier-minilm")
+    assert resolve_model("nli_verifier") == folder.resolve()
+
+
+def test_install_refuses_a_two_way_label_map(places: dict[str, Path], tmp_path: Path) -> None:
+    two_way = _nli_folder(tmp_path / "binary", {0: "entailment", 1: "not_entailment"})
+    with pytest.raises(ValueError, match="not a 3-way NLI label map"):
+        registry.install_model("nli_verifier", two_way)
+    with pytest.raises(ValueError, match="no config.json"):
+        registry.install_model("nli_verifier", tmp_path)
+    with pytest.raises(ValueError, match="nothing to install"):
+        registry.install_model("embedder", two_way)
+    assert not places["cache"].exists()
+
+
+def test_install_through_the_command_line(places: dict[str, Path], tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    source = _nli_folder(tmp_path / "trained", THREE_WAY)
+    (source / "checkpoint-5").mkdir()
+    (source / "checkpoint-5" / "optimizer.pt").write_bytes(b"resume state")
+    for path in source.iterdir():  # a read-only source (the shared models root) must give a writable copy
+        if path.is_file():
+            path.chmod(0o444)
+    capsys.readouterr()
+    installed = registry.main(["install", "nli_verifier", str(source)])
+    assert installed == places["cache"] == registry.embedded_verifier_dir()
+    assert capsys.readouterr().out.strip() == str(installed)
+    assert (installed / "COMPLETED").exists() and not (installed / "checkpoint-5").exists()
+    assert (installed / "model.safetensors").read_bytes() == (source / "model.safetensors").read_bytes()
+    assert (installed / "config.json").stat().st_mode & 0o200
+    assert resolve_model("nli_verifier") == installed
+    model = AutoModelForSequenceClassification.from_pretrained(installed)
+    assert model.config.id2label == THREE_WAY
+
+
+def test_install_error_on_the_command_line(places: dict[str, Path], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    two_way = _nli_folder(tmp_path / "binary", {0: "entailment", 1: "contradiction"})
+    capsys.readouterr()  # save_pretrained's progress bar
+    with pytest.raises(SystemExit) as exit_:
+        registry.main(["install", "nli_verifier", str(two_way)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "not a 3-way NLI label map" in err
+
+
+def test_command_line_parses_options_anywhere(places: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _verifier(places["cache"])
+    assert registry.main(["resolve", "nli_verifier", "--scale", "embedded"]) == places["cache"]
+    assert registry.main(["resolve", "--name", "embedded", "nli_verifier"]) == places["cache"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:  # --name last with no value: once an IndexError
+        registry.main(["resolve", "nli_verifier", "--name"])
+    assert exit_.value.code == 2 and "expected one argument" in capsys.readouterr().err
+    for bad in (["resolve", "painter"], ["resolve", "embedder", "--scale", "huge"], ["install", "embedder", "x"],
+                ["frobnicate"]):
+        with pytest.raises(SystemExit) as exit_:
+            registry.main(bad)
+        assert exit_.value.code == 2, bad
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        registry.main(["resolve", "embedder", "--name", "/no/such/model"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "does not exist" in err
+
+
+def test_command_line_lists_roles(places: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert registry.main([]) is None
+    listed = capsys.readouterr().out
+    assert registry.main(["list"]) is None and capsys.readouterr().out == listed
+    assert all(role in listed for role in registry.ROLES) and str(places["root"]) in listed
 
 
 def test_unknown_role_and_scale() -> None:
