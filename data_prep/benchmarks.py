@@ -2,6 +2,9 @@
 
 Used for FEVER-Symmetric + SufficientFacts-FEVER (original evidence): the corpus is every distinct evidence
 text, and a claim's gold documents are all the evidence texts it is paired with.
+
+A query's text is its claim, so ``prepare`` puts it in the split of that claim's group, the split of every example
+it was built from.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import hashlib
 import re
 
 from veracity.data_prep.schema import ClaimExample, CorpusDocument, RetrievalQuery
-from veracity.data_prep.splits import normalize_claim
+from veracity.data_prep.splits import claim_group_text
 
 
 def _text_key(text: str) -> str:
@@ -32,7 +35,7 @@ def evidence_retrieval_benchmark(
         if doc_id not in corpus:
             corpus[doc_id] = CorpusDocument(doc_id=doc_id, title="", url="", text=text, source=f"{name}_corpus",
                                             origin=example.origin)
-        key = normalize_claim(example.claim)
+        key = claim_group_text(example.claim)
         first.setdefault(key, example)
         if doc_id not in gold.setdefault(key, []):
             gold[key].append(doc_id)

@@ -47,6 +47,8 @@ def load_climate_fever(ctx: LoadContext) -> dict[str, list[Record]]:
     rows = list(ctx.rows("climate_fever_claims", ctx.path(CLIMATE_FEVER)))
     for name in ("climate_fever_evidence", "climate_fever_corpus", "climate_fever_queries"):
         ctx.inputs[name] = list(ctx.inputs["climate_fever_claims"])
+    for name in ("climate_fever_claims", "climate_fever_evidence"):
+        ctx.group_namespace(name, "climate_fever")  # both carry the claim_id as group_id
     claims: list[Record] = []
     pairs: list[Record] = []
     corpus: dict[str, CorpusDocument] = {}

@@ -29,6 +29,9 @@ class LoadContext:
     # output name -> event -> count ("filtered:empty_claim", "kept:evidence_text_unresolved", ...)
     events: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     inputs: dict[str, list[Path]] = field(default_factory=lambda: defaultdict(list))
+    # output name -> id space of its records' group_id (default: the output name); outputs in one id space
+    # are joined by equal ids when splits are assigned over connected groups (splits.assign_group_splits)
+    group_namespaces: dict[str, str] = field(default_factory=dict)
 
     def path(self, relative: str) -> Path:
         """A file under the data root; a missing file is an error that says which root was searched."""
@@ -95,5 +98,14 @@ class LoadContext:
             raise row.error(f"unknown NLI label {value!r} (expected one of {list(NLI_LABELS)})", field=name)
         return label
 
-    def split(self, group_key: str) -> str:
-        return self.splits.assign(group_key)
+    def split(self, key: str) -> str:
+        """The split of ``key`` (a claim, or an id for records without one) taken on its own.
+
+        For records with a claim this is provisional: ``prepare`` reassigns it over connected groups once every
+        loader has run (``splits.assign_group_splits``); it stays final for records without a claim.
+        """
+        return self.splits.assign(key)
+
+    def group_namespace(self, output: str, namespace: str) -> None:
+        """Declare the id space of ``output``'s group ids (outputs sharing one are joined by equal ids)."""
+        self.group_namespaces[output] = namespace

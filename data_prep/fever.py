@@ -24,6 +24,8 @@ SYMMETRIC = {
     "test": "fever_symmetric/fever_symmetric_test.shared.jsonl",
 }
 SUFFICIENT_FACTS_FEVER = "fever/sufficient_facts_fever.shared.jsonl"
+# Id space of FEVER claim ids: paper_dev, the hub's FEVER and FEVER-Symmetric cases all use them.
+FEVER_IDS = "fever"
 REACT = "fever/react_wikipedia_observations.shared.jsonl"
 
 
@@ -109,6 +111,7 @@ def convert_fever_rows(
     ctx: LoadContext, rows: list[RawRow], out: str, source_split: str, wiki_pages: Path | None = None
 ) -> list[ClaimExample]:
     """FEVER rows (``id, label, claim, evidence`` pointers) → examples, evidence text resolved where possible."""
+    ctx.group_namespace(out, FEVER_IDS)
     sentences: dict[tuple[str, int], str] = {}
     premises: dict[str, str] = {}
     if wiki_pages is not None:
@@ -173,8 +176,20 @@ def _safe_sets(row: RawRow) -> list[list[tuple[str, int]]]:
 # --- FEVER-Symmetric ---------------------------------------------------------------------------------------
 
 
+def symmetric_case_id(pair_id: str) -> str:
+    """The contrastive case of a FEVER-Symmetric pair: the FEVER id of its original claim.
+
+    The original pair carries the FEVER claim id (at most 6 digits); its synthetic contrasts carry that id
+    followed by ``000000`` and the pair number (``54253`` → ``542530000002``, ``542530000003``, ...).
+    """
+    if len(pair_id) > 7 and pair_id.isdigit() and pair_id[-7:-1] == "000000":
+        return pair_id[:-7]
+    return pair_id
+
+
 def load_symmetric(ctx: LoadContext) -> list[ClaimExample]:
     out = "fever_symmetric"
+    ctx.group_namespace(out, FEVER_IDS)
     records: list[ClaimExample] = []
     for source_split, relative in SYMMETRIC.items():
         seen: dict[str, int] = {}
@@ -184,19 +199,20 @@ def load_symmetric(ctx: LoadContext) -> list[ClaimExample]:
             if not claim:
                 ctx.drop(out, "empty_claim")
                 return None
-            case_id = row.id("id")
-            seen[case_id] = seen.get(case_id, 0) + 1
+            pair_id = row.id("id")
+            seen[pair_id] = seen.get(pair_id, 0) + 1
             evidence = row.str("evidence")
             return ClaimExample(
-                id=f"fs-{source_split}-{case_id}-{seen[case_id]}",
+                id=f"fs-{source_split}-{pair_id}-{seen[pair_id]}",
                 claim=claim,
                 label=ctx.ternary(row, "label"),
                 evidence_text=evidence,
                 source=out,
-                # A case (original + synthetic contrasts) shares one FEVER id and must share a split.
-                split=ctx.split(f"fever-case:{case_id}"),
+                # Provisional: prepare() puts the whole case (original + synthetic contrasts, joined by
+                # group_id) and every other record of its claims in one split.
+                split=ctx.split(claim),
                 origin=row.origin,
-                group_id=case_id,
+                group_id=symmetric_case_id(pair_id),
                 source_split=source_split,
                 evidence=[EvidencePassage(text=evidence)],
             )

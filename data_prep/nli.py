@@ -1,7 +1,7 @@
 """NLI pairs for the verifier: every ``nli/<source>/*.jsonl`` (premise, hypothesis, label added to each row).
 
-The hypothesis is the claim, so pairs are split by the normalized hypothesis: a FEVER claim lands in the same
-split here as in the claim-level datasets.
+The hypothesis is the claim, so a pair joins its normalized hypothesis's group when ``prepare`` assigns splits:
+a FEVER claim lands in the same split here as in the claim-level datasets.
 """
 
 from __future__ import annotations

@@ -7,6 +7,12 @@ Outputs (``output_dir``): one ``<name>.jsonl`` per output, ``manifest.json`` (co
 such as filtered empty claims, content hashes of inputs and outputs), ``skipped.jsonl`` with ``--skip_invalid``,
 and ``run_config.yaml``. Everything is read and validated before anything is written, each file is written to a
 temp file and renamed, and the same inputs give byte-identical outputs.
+
+Splits are assigned after every loader has run, over connected groups of all records of the run: records that
+share a normalized claim or a case/group id are in one group, and a group's split hashes its smallest key
+(``splits.assign_group_splits``), so no claim is in two splits of any output. With ``--datasets`` (or ``--hub``)
+the groups are computed over the selected datasets only: a claim tied to another claim solely through a dataset
+left out may then get another split than in a full run (a claim tied to nothing always gets the same one).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from veracity.data_prep.errors import ErrorPolicy
 from veracity.data_prep.fever import load_fever
 from veracity.data_prep.nli import load_nli
 from veracity.data_prep.schema import Record
-from veracity.data_prep.splits import SplitSpec
+from veracity.data_prep.splits import SplitSpec, assign_group_splits
 from veracity.data_prep.vitaminc import load_vitaminc
 from veracity.data_prep.watclaimcheck import load_watclaimcheck
 from veracity.io import sha256_file, write_json, write_jsonl
@@ -122,7 +128,8 @@ def _hash_once(path: Path, known: dict[Path, str]) -> str:
 
 
 def prepare(config: PrepConfig) -> dict[str, object]:
-    """Load, validate and write every configured dataset. Returns the manifest."""
+    """Load, validate and write every configured dataset; splits are assigned over connected groups of all
+    loaded records (see the module docstring). Returns the manifest."""
     data_root = resolve_data_root(config.data_root)
     ctx = LoadContext(data_root=data_root, splits=config.split_spec(), policy=ErrorPolicy(config.skip_invalid))
     outputs: dict[str, list[Record]] = {}
@@ -135,12 +142,14 @@ def prepare(config: PrepConfig) -> dict[str, object]:
         for spec in config.hub:
             wiki = Path(config.fever_wiki_pages) if config.fever_wiki_pages else None
             outputs.update(load_hub(ctx, spec, wiki))
+    # Only now, with every record of the run known, can a claim's group (and so its split) be complete.
+    groups = assign_group_splits(outputs, ctx.splits, ctx.group_namespaces)
 
     # Everything validated: only now touch the output folder.
     out_dir = Path(config.output_dir)
     manifest: dict[str, object] = {
         "split": {"seed": config.seed, "train": config.train_fraction, "calib": config.calib_fraction,
-                  "dev": config.dev_fraction},
+                  "dev": config.dev_fraction, "groups": groups},
         "skipped_invalid": len(ctx.policy.skipped),
         "outputs": {},
     }

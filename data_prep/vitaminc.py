@@ -31,8 +31,10 @@ def load_vitaminc(ctx: LoadContext) -> dict[str, list[Record]]:
 def convert_vitaminc_rows(ctx: LoadContext, rows: Iterable[tuple[str, RawRow]], out: str) -> list[ClaimExample]:
     """Rows with ``claim, evidence, label`` and ``id`` or ``unique_id`` (``<case_id>_<n>``; the hub uses both).
 
-    Rows of one contrastive case (same ``case_id``) share a split; a repeated id is dropped and counted.
+    Rows of one contrastive case (same ``case_id``, kept as ``group_id``) share a split once ``prepare`` has
+    assigned splits over connected groups; a repeated id is dropped and counted.
     """
+    ctx.group_namespace(out, "vitaminc")  # local samples and the hub share tals/vitaminc case ids
     seen: set[str] = set()
 
     def convert(item: tuple[str, RawRow]) -> ClaimExample | None:
@@ -54,7 +56,7 @@ def convert_vitaminc_rows(ctx: LoadContext, rows: Iterable[tuple[str, RawRow]], 
             label=ctx.ternary(row, "label"),
             evidence_text=evidence,
             source=out,
-            split=ctx.split(f"vitaminc-case:{case_id}"),
+            split=ctx.split(claim),  # provisional: prepare() joins the case through group_id
             origin=row.origin,
             group_id=case_id,
             source_split=source_split,

@@ -123,3 +123,35 @@ def build_data_root(root: Path) -> Path:
         {"wat_id": 20, "flawcheck_split": "train", "label": "partly false", "review_article": ["Only one."]},
     ])
     return root
+
+
+def add_cross_dataset_links(root: Path) -> Path:
+    """Append rows that tie claims together across datasets, as the real data does (a FEVER-Symmetric contrast
+    of case 54, the same claim as an NLI hypothesis, a VitaminC case reusing a FEVER paper_dev claim)."""
+
+    def append(relative: str, rows: list[dict]) -> None:
+        path = root / relative
+        path.write_text(path.read_text(encoding="utf-8") + "".join(json.dumps(r) + "\n" for r in rows),
+                        encoding="utf-8")
+
+    append("fever_symmetric/fever_symmetric_dev.shared.jsonl", [
+        {"id": "540000002", "claim": "Daggering is dancehall .", "evidence": "Evidence one .", "label": "SUPPORTS",
+         "gold_label": "SUPPORTS"},
+    ])
+    append("nli/sick/sick.jsonl", [
+        {"pair_ID": 3, "premise": "Daggering is a dance.", "hypothesis": "Daggering is dancehall.",
+         "label": "entailment"},
+    ])
+    vitc = "vitaminc/lifelong_icl_sample"
+    append(f"{vitc}/train_0.shared.jsonl", [
+        {"claim": "Telemundo is English-language .", "evidence": "Telemundo is Spanish .", "label": "refutes",
+         "id": "case20_1"},
+        {"claim": "Telemundo is a Spanish network .", "evidence": "Telemundo is Spanish .", "label": "supports",
+         "id": "case20_2"},
+    ])
+    append("climate_fever/climate-fever.shared.jsonl", [
+        {"claim_id": "2", "claim": "Telemundo is a Spanish network", "claim_label": "SUPPORTS", "evidences": [
+            {"evidence_id": "Telemundo:0", "evidence_label": "SUPPORTS", "article": "Telemundo",
+             "evidence": "Telemundo is a Spanish-language network.", "votes": ["SUPPORTS"], "entropy": 0.0}]},
+    ])
+    return root

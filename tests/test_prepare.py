@@ -26,15 +26,15 @@ GOLDEN: dict[str, tuple[int, str]] = {
     "climate_fever_evidence": (3, "7e9f16113dac7e30aacb3e7e0d6490f867fdf191b8dad6a14a1d95db0a10bfa8"),
     "climate_fever_queries": (2, "fc7f1f7d6d27b9d190535da58da0f7926c2a5cd8c1abf0431b8e01a38de0e80e"),
     "fever_evidence_corpus": (4, "83ed039f1e622deb1c1ad0990945a21d37af29abecc4fd71ea11157da8216db8"),
-    "fever_evidence_queries": (4, "2bdbf1127dca4d30136cc5a943cbcd285ddff4d665d1b6dfbd9819562650573a"),
+    "fever_evidence_queries": (4, "97925933fc6494ba591f3215b4eb8a874c8c58ab3e374a82e4648790d9f2e7ea"),
     "fever_paper_dev": (3, "fc16d2945f92afd913a0b82177b4a785cdee655deac694e0fc199ffb9c96feb3"),
-    "fever_symmetric": (4, "b4ae625726b7ba0cae48384099a712464b4afd3cda35cdbc14a2ca55904a4349"),
+    "fever_symmetric": (4, "a56708a879d1a137a9cf993ef883e8f79400ee49335883a9df53471aafe2b016"),
     "fever_wiki_paragraphs": (1, "137448e5172b89d4fe7f04415899031eb406ff29ae513ddf8b5fc4a75743110c"),
     "nli_fever_dev_rte": (2, "39defd0a6da04cffa45c535d88d75b0af1453fabedffb045f9402fece4ef69cb"),
     "nli_sick": (2, "7745faa62a88e65014cc90330ee2502349faedc63dd63ef1f6033c4304b6bdb4"),
     "sufficient_facts_fever": (4, "be0b8ccbc3c9bed908802d6d1489c4018f572235ea1a323c58d44f7fac334383"),
     "sufficient_facts_vitaminc": (2, "47c97435e827e0e9adbe648d8a825f08315f96def35eb443c3068c062f0a4339"),
-    "vitaminc": (7, "24ac6c40c480d91c25fe46d8a1f6e2a71ffbcdf87d306cd36420b5a16bb0a99a"),
+    "vitaminc": (7, "6da482cfd0c243cceaa8c1605c81dd239d1906b476eb8d13b6cfd243d3bf8c60"),
     "watclaimcheck_articles": (2, "970fdfd88b4735b38a59eb39f25158cabf7a4b627bb52bcc7eae305423e5b985"),
 }
 
