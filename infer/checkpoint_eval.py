@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from veracity.data_prep.prepared import read_prepared
-from veracity.data_prep.r2vc_format import prompt_messages
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, TERNARY_LABELS, TERNARY_TO_NLI, ClaimExample
 from veracity.infer.metrics import (
     accuracy,
@@ -36,7 +35,7 @@ from veracity.infer.metrics import (
     expected_calibration_error,
     macro_f1,
 )
-from veracity.infer.r2vc_answer import parse_r2vc_answer
+from veracity.infer.pipelines.r2vc.prompt import parse_r2vc_answer, prompt_messages
 from veracity.io import write_json, write_jsonl
 from veracity.models.engine import Engine, GenerationRequest
 from veracity.models.nli import NLIVerifier

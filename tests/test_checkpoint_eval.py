@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from veracity.data_prep.prepare import PrepConfig, prepare
-from veracity.data_prep.r2vc_format import format_answer
 from veracity.infer.metrics import (
     accuracy,
     accuracy_by_group,
@@ -18,6 +17,7 @@ from veracity.infer.metrics import (
     expected_calibration_error,
     macro_f1,
 )
+from veracity.infer.pipelines.r2vc.prompt import format_answer
 from veracity.models.engine import Candidate, Engine, GenerationResult
 
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.data_prep.r2vc_format import format_answer, grounded_rationale, prompt_messages
+from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.schema import NOT_ENOUGH_INFO, TERNARY_LABELS, ClaimExample
 from veracity.data_prep.splits import hash_int
-from veracity.io import read_jsonl, write_json, write_jsonl
+from veracity.infer.pipelines.r2vc.prompt import format_answer, grounded_rationale, prompt_messages
+from veracity.io import write_json, write_jsonl
 
 DEFAULT_SOURCES = ["vitaminc", "fever_symmetric", "sufficient_facts_fever", "sufficient_facts_vitaminc"]
 
@@ -46,10 +47,8 @@ def _unit(*parts: object) -> int:
 def load_examples(config: TrainingSetConfig) -> list[ClaimExample]:
     examples = []
     for source in config.sources:
-        for row in read_jsonl(Path(config.prepared_dir) / f"{source}.jsonl"):
-            example = ClaimExample.from_dict(row)
-            if example.split == config.split and example.evidence_text.strip():
-                examples.append(example)
+        examples += [e for e in read_prepared(config.prepared_dir, source, [config.split])
+                     if isinstance(e, ClaimExample) and e.evidence_text.strip()]
     examples.sort(key=lambda e: _unit(config.seed, e.id))  # deterministic shuffle
     return examples[: config.max_examples] if config.max_examples else examples
 

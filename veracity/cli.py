@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 SUBCOMMANDS: dict[str, dict[str, str]] = {
     # a bare `veracity prep` (or one followed by options) prepares the datasets
-    "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.data_prep.training_sets"},
+    "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.train.training_sets"},
     "@eval": {"retrieval": "veracity.infer.retrieval.evaluate", "checkpoint": "veracity.infer.checkpoint_eval",
               "averitec": "veracity.infer.eval.averitec"},
     "@infer": {"generate": "veracity.infer.generate"},

@@ -122,10 +122,10 @@ def stage_generate(config: DemoConfig) -> None:
 
 
 def stage_train(config: DemoConfig) -> None:
-    from veracity.data_prep.training_sets import main as training_sets
     from veracity.infer.checkpoint_eval import main as evaluate_checkpoint
     from veracity.models.registry import ModelNotFoundError, resolve_model
     from veracity.train.sft import main as sft
+    from veracity.train.training_sets import main as training_sets
 
     out = Path(config.output_dir)
     recipes = Path(__file__).resolve().parents[1] / "configs" / "train"
