@@ -2,20 +2,44 @@
 
 Each reader yields ``(line_number, row)`` where ``row`` is a dict. Undecodable bytes and malformed JSON are
 :class:`DataError` s naming the file and line; with a permissive :class:`ErrorPolicy` they are skipped instead.
+
+A UTF-8 byte order mark at the start of a file is accepted, and lines end at LF, CRLF or a lone CR (old Mac files,
+or mixed endings); lines are numbered that way too, as editors number them.
 """
 
 from __future__ import annotations
 
+import bisect
+import codecs
 import csv
 import io
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from veracity.data_prep.errors import DataError, ErrorPolicy
 
 Row = dict[str, Any]
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_LINE_END_BYTES = re.compile(rb"\r\n|\r|\n")
+
+
+def _json_error(err: json.JSONDecodeError, column: int | None = None) -> str:
+    """``malformed JSON (Expecting value at column 7)``; json's messages that end in "at" (``Unterminated string
+    starting at``) take the column directly instead of reading "at at column"."""
+    where = f"column {err.colno if column is None else column}"
+    joint = " " if err.msg.endswith(" at") else " at "
+    return f"malformed JSON ({err.msg}{joint}{where})"
+
+
+def _split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Lines without their endings from LF-split chunks, also cut at a lone CR (a CR byte is never part of a
+    multi-byte UTF-8 character, and a JSON line cannot hold a raw one inside a string)."""
+    for chunk in chunks:
+        body = chunk[:-1] if chunk.endswith(b"\n") else chunk
+        yield from body.removesuffix(b"\r").split(b"\r")
 
 
 def _decode_line(path: Path, number: int, raw: bytes) -> str:
@@ -30,15 +54,15 @@ def read_jsonl(path: str | Path, policy: ErrorPolicy | None = None) -> Iterator[
     """Yield ``(line, object)`` for each non-blank line of a JSONL file."""
     path, policy = Path(path), policy or ErrorPolicy()
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in enumerate(_split_lines(handle), start=1):
             try:
-                text = _decode_line(path, number, raw)
+                text = _decode_line(path, number, raw.removeprefix(codecs.BOM_UTF8) if number == 1 else raw)
                 if not text.strip():
                     continue
                 try:
                     row = json.loads(text)
                 except json.JSONDecodeError as err:
-                    raise DataError(path, number, f"malformed JSON ({err.msg} at column {err.colno})") from None
+                    raise DataError(path, number, _json_error(err)) from None
                 if not isinstance(row, dict):
                     raise DataError(path, number, f"expected a JSON object, got {type(row).__name__}")
             except DataError as error:
@@ -55,9 +79,10 @@ def read_json_array(path: str | Path, policy: ErrorPolicy | None = None) -> Iter
     path, policy = Path(path), policy or ErrorPolicy()
     text = _read_utf8(path)
     decoder = json.JSONDecoder()
+    line_starts = [0] + [m.end() for m in _LINE_END.finditer(text)]
 
     def line_at(offset: int) -> int:
-        return text.count("\n", 0, offset) + 1
+        return bisect.bisect_right(line_starts, offset)
 
     pos = _skip_ws(text, 0)
     if pos >= len(text) or text[pos] != "[":
@@ -70,7 +95,8 @@ def read_json_array(path: str | Path, policy: ErrorPolicy | None = None) -> Iter
             row, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as err:
             # The rest of the array cannot be located reliably after a syntax error: always fatal.
-            raise DataError(path, err.lineno, f"malformed JSON ({err.msg} at column {err.colno})") from None
+            line = line_at(err.pos)
+            raise DataError(path, line, _json_error(err, err.pos - line_starts[line - 1] + 1)) from None
         if isinstance(row, dict):
             yield line_at(pos), row
         else:
@@ -85,13 +111,15 @@ def read_json_array(path: str | Path, policy: ErrorPolicy | None = None) -> Iter
 
 
 def _read_utf8(path: Path) -> str:
-    """A whole file as text; undecodable bytes are an error naming the line they are on."""
+    """A whole file as text, without a leading byte order mark; undecodable bytes are an error naming the line
+    they are on."""
     data = path.read_bytes()
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data.decode("utf-8")
+        return data[bom:].decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise DataError(path, line, f"not valid UTF-8 (byte offset {err.start})") from None
+        line = len(_LINE_END_BYTES.findall(data, 0, bom + err.start)) + 1
+        raise DataError(path, line, f"not valid UTF-8 (byte offset {bom + err.start})") from None
 
 
 def _skip_ws(text: str, pos: int) -> int:
