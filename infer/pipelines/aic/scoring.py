@@ -10,7 +10,8 @@ Over claims: means of the three, plus label accuracy and macro-F1 over the four 
 
 ``evi`` strings (the FEVER-8 CSV column) hold ``question + "\\t\\t\\n" + answer`` pairs, each ended by
 ``"\\t\\t\\n\\n"``. METEOR needs NLTK's WordNet and Punkt: call ``veracity.models.nltk_data.ensure_nltk_data()``
-once before ``meteor``; every other function takes the pairwise metric as an argument.
+once before ``meteor``; every other function takes the pairwise metric as an argument. The numbers depend on
+nltk's ``word_tokenize``: nltk 3.9.3+ splits at dashes, which the 2025 scorer did not (pinned <3.9.3).
 """
 
 from __future__ import annotations
