@@ -1,5 +1,5 @@
-"""Classification and calibration metrics as pure functions (accuracy, per-group accuracy, macro-F1, confusion,
-Brier, ECE)."""
+"""Classification, calibration and selective-prediction metrics as pure functions (accuracy, per-group accuracy,
+macro-F1, confusion, Brier, ECE, risk–coverage and AURC)."""
 
 from __future__ import annotations
 
@@ -68,3 +68,39 @@ def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bo
         if mask.any():
             total += mask.mean() * abs(correct[mask].mean() - confidence[mask].mean())
     return float(total)
+
+
+def binary_brier(confidence: Sequence[float], correct: Sequence[bool]) -> float:
+    """Brier score of a confidence that the prediction is right: mean (p − 1[correct])²."""
+    p, y = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    return float(np.mean((p - y) ** 2)) if len(p) else 0.0
+
+
+def risk_coverage(confidence: Sequence[float], correct: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
+    """Selective risk at every coverage: answer the k most confident examples (k = 1..n, ties in input order).
+
+    Returns:
+        ``coverage[k-1] = k / n`` and ``risk[k-1]`` = error rate among those k.
+    """
+    p, y = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    if len(p) == 0:
+        return np.zeros(0), np.zeros(0)
+    order = np.argsort(-p, kind="stable")
+    errors = np.cumsum(1.0 - y[order])
+    k = np.arange(1, len(p) + 1)
+    return k / len(p), errors / k
+
+
+def aurc(confidence: Sequence[float], correct: Sequence[bool]) -> float:
+    """Area under the risk–coverage curve: the mean selective risk over the n coverage levels (lower is better)."""
+    _, risk = risk_coverage(confidence, correct)
+    return float(risk.mean()) if len(risk) else 0.0
+
+
+def selective_metrics(answered: Sequence[bool], correct: Sequence[bool]) -> dict[str, float]:
+    """Coverage (share answered), selective accuracy and risk over the answered examples."""
+    answered_array, correct_array = np.asarray(answered, dtype=bool), np.asarray(correct, dtype=bool)
+    n_answered = int(answered_array.sum())
+    accuracy_answered = float(correct_array[answered_array].mean()) if n_answered else 0.0
+    return {"coverage": float(answered_array.mean()) if len(answered_array) else 0.0, "answered": n_answered,
+            "selective_accuracy": accuracy_answered, "selective_risk": 1.0 - accuracy_answered if n_answered else 0.0}

@@ -24,6 +24,9 @@ CONFIG_TYPES = {
     "train/sft": ("veracity.train.sft:TrainScriptArgs", "trl:SFTConfig", "trl:ModelConfig"),
     "train/dpo": ("veracity.train.dpo:DPOScriptArgs", "trl:DPOConfig", "trl:ModelConfig"),
     "train/nli": ("veracity.train.nli:NLIDataArgs", "transformers:TrainingArguments"),
+    # jobs with make_parser(): the job says which dataclasses it reads
+    "train/calibrator": ("veracity.train.calibrator",),
+    "pipelines/r2vc": ("veracity.infer.pipelines.r2vc.run",),
 }
 
 
@@ -32,7 +35,10 @@ def _config_types(path: Path) -> tuple[type, ...]:
     key = relative.parts[0] if relative.parts[0] in CONFIG_TYPES else f"{relative.parts[0]}/{path.stem.split('_')[0]}"
     types = []
     for spec in CONFIG_TYPES[key]:
-        module, name = spec.split(":")
+        module, _, name = spec.partition(":")
+        if not name:
+            types += __import__(module, fromlist=["make_parser"]).make_parser().dataclass_types
+            continue
         types.append(getattr(__import__(module, fromlist=[name]), name))
     return tuple(types)
 
@@ -81,9 +87,9 @@ def test_unknown_and_not_yet_commands(capsys: pytest.CaptureFixture[str]) -> Non
     assert cli.main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err
     assert cli.main(["train"]) == 2
-    assert "usage: veracity train {sft,dpo,merge,nli}" in capsys.readouterr().err
+    assert "usage: veracity train {sft,dpo,merge,nli,calibrator}" in capsys.readouterr().err
     assert cli.main(["eval", "nonsense"]) == 2
-    assert "usage: veracity eval {retrieval,checkpoint}" in capsys.readouterr().err
+    assert "usage: veracity eval {retrieval,checkpoint,averitec,r2vc}" in capsys.readouterr().err
 
 
 def test_atomic_writer_keeps_the_old_file_on_failure(tmp_path: Path) -> None:

@@ -15,18 +15,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("veracity.models.registry", "list / resolve / materialize the models of each role"),
     "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
     "index": ("veracity.infer.retrieval.cli", "build / search retrieval indexes (BM25, FAISS, fusion, rerank)"),
-    "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA), `train nli` (verifier; calibrator: not yet)"),
-    "infer": ("@infer", "offline batch inference: `infer generate` (pipelines: later issues)"),
-    "eval": ("@eval", "evaluation: `eval retrieval`, `eval checkpoint` (generator or NLI verifier)"),
+    "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA), `train nli` (verifier), `train calibrator`"),
+    "infer": ("@infer", "offline batch inference: `infer r2vc` (the R2VC pipeline), `infer generate`"),
+    "eval": ("@eval", "evaluation: `eval r2vc`, `eval averitec`, `eval retrieval`, `eval checkpoint`"),
 }
 SUBCOMMANDS: dict[str, dict[str, str]] = {
     # a bare `veracity prep` (or one followed by options) prepares the datasets
     "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.train.training_sets"},
     "@eval": {"retrieval": "veracity.infer.retrieval.evaluate", "checkpoint": "veracity.infer.checkpoint_eval",
-              "averitec": "veracity.infer.eval.averitec"},
-    "@infer": {"generate": "veracity.infer.generate"},
+              "averitec": "veracity.infer.eval.averitec", "r2vc": "veracity.infer.eval.r2vc"},
+    "@infer": {"generate": "veracity.infer.generate", "r2vc": "veracity.infer.pipelines.r2vc.run"},
     "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge",
-               "nli": "veracity.train.nli"},
+               "nli": "veracity.train.nli", "calibrator": "veracity.train.calibrator"},
 }
 
 

@@ -1,0 +1,157 @@
+"""Metrics and report of an R2VC run, from its records alone.
+
+Usage: veracity eval r2vc --predictions runs/r2vc/records.jsonl --output_dir runs/r2vc
+
+Reads the records ``veracity infer r2vc`` writes (batch records, or the ``predictions.jsonl`` this job writes)
+and writes ``metrics.json``, ``predictions.jsonl`` (``id, gold, prediction, abstained, confidence`` plus the
+full record), ``report.md``, ``risk_coverage.png`` and ``reliability.png``.
+
+Definitions: ``accuracy`` / ``macro_f1`` count an abstention as NOT ENOUGH INFO (SPEC §1), macro-F1 over the
+labels present in gold; ``brier`` / ``ece`` score the calibrated confidence that the chosen candidate's label is
+right, ``ece_uncalibrated`` / ``brier_uncalibrated`` the same for the uncalibrated confidence (the chosen
+candidate's s_ver clipped to [0, 1]); ``coverage`` is the share answered and ``selective_accuracy`` the accuracy
+over the answered claims; ``aurc`` the area under the risk–coverage curve of the calibrated confidence.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veracity.data_prep.schema import TERNARY_LABELS
+from veracity.infer.metrics import (
+    accuracy,
+    aurc,
+    binary_brier,
+    confusion,
+    expected_calibration_error,
+    macro_f1,
+    risk_coverage,
+    selective_metrics,
+)
+
+
+@dataclass
+class R2VCEvalArgs:
+    predictions: str = field(metadata={"help": "records.jsonl of `veracity infer r2vc` (or its predictions.jsonl)."})
+    output_dir: str = field(metadata={"help": "Where metrics.json, predictions.jsonl, report.md and plots go."})
+    plots: bool = True
+
+
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser
+
+    return parser((R2VCEvalArgs,), prog="veracity eval r2vc")
+
+
+def load_records(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(claim records, error records); the last record for an id wins (a re-run replaces a failed one)."""
+    latest: dict[str, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                latest[str(row["id"])] = row
+            except (json.JSONDecodeError, KeyError) as error:
+                raise ValueError(f"{path}:{number}: not an R2VC record ({error})") from None
+    records, errors = [], []
+    for row in latest.values():
+        if row.get("status") == "error":
+            errors.append(row)
+        else:
+            records.append(row.get("result", row) if "status" in row else row)
+    return records, errors
+
+
+def evaluate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Metrics of records that carry a gold label (pure: reads only the records)."""
+    scored = [r for r in records if r.get("gold")]
+    gold = [r["gold"] for r in scored]
+    prediction = [r["prediction"] for r in scored]
+    label_right = [r["label"] == r["gold"] for r in scored]
+    confidence = [float(r["confidence"]) for r in scored]
+    uncalibrated = [float(r["confidence_uncalibrated"]) for r in scored]
+    labels = [lab for lab in TERNARY_LABELS if lab in set(gold)]
+    metrics: dict[str, Any] = {
+        "n": len(scored), "unlabelled": len(records) - len(scored),
+        "accuracy": accuracy(gold, prediction), "macro_f1": macro_f1(gold, prediction, labels),
+        "brier": binary_brier(confidence, label_right), "ece": expected_calibration_error(confidence, label_right),
+        "brier_uncalibrated": binary_brier(uncalibrated, label_right),
+        "ece_uncalibrated": expected_calibration_error(uncalibrated, label_right),
+        "label_accuracy_before_abstention": accuracy(gold, [r["label"] for r in scored]),
+        **selective_metrics([not r["abstained"] for r in scored], label_right),
+        "aurc": aurc(confidence, label_right), "aurc_uncalibrated": aurc(uncalibrated, label_right),
+        "outcomes": dict(sorted(Counter(r["outcome"] for r in scored).items())),
+        "confusion": confusion(gold, prediction, list(TERNARY_LABELS)),
+        "parse_failure_rate": _parse_failure_rate(scored),
+    }
+    sources = sorted({r.get("source", "") for r in scored})
+    if len(sources) > 1:
+        metrics["by_source"] = {s: {k: v for k, v in evaluate([r for r in scored if r.get("source") == s]).items()
+                                    if k not in ("confusion", "by_source")} for s in sources}
+    return metrics
+
+
+def _parse_failure_rate(records: Sequence[dict[str, Any]]) -> float:
+    generated = [c for r in records for c in r.get("candidates", []) if c.get("from") == "generator"]
+    return sum(c.get("parse_error") is not None for c in generated) / len(generated) if generated else 0.0
+
+
+def report_markdown(metrics: dict[str, Any], title: str) -> str:
+    keys = ("n", "accuracy", "macro_f1", "brier", "ece", "ece_uncalibrated", "coverage", "selective_accuracy", "aurc")
+    lines = [f"# {title}", "", "| " + " | ".join(keys) + " |", "|" + "---:|" * len(keys),
+             "| " + " | ".join(_fmt(metrics[k]) for k in keys) + " |", ""]
+    lines += ["Outcomes: " + ", ".join(f"{k} {v}" for k, v in metrics["outcomes"].items()),
+              f"Generator parse-failure rate: {metrics['parse_failure_rate']:.3f}", "",
+              "Confusion (gold → prediction, abstentions count as NOT ENOUGH INFO):", "",
+              "| gold | " + " | ".join(TERNARY_LABELS) + " |", "|---|" + "---:|" * len(TERNARY_LABELS)]
+    lines += [f"| {g} | " + " | ".join(str(row[p]) for p in TERNARY_LABELS) + " |"
+              for g, row in metrics["confusion"].items() if sum(row.values())]
+    for source, m in metrics.get("by_source", {}).items():
+        lines += ["", f"## {source}", "", "| " + " | ".join(keys) + " |", "|" + "---:|" * len(keys),
+                  "| " + " | ".join(_fmt(m[k]) for k in keys) + " |"]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from veracity.config import parse_config
+    from veracity.infer.plots import reliability_diagram, risk_coverage_plot
+    from veracity.io import write_json, write_jsonl
+
+    (args,) = parse_config(make_parser(), argv)
+    try:
+        records, errors = load_records(args.predictions)
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    out = Path(args.output_dir)
+    metrics = {**evaluate(records), "errors": len(errors)} if records else {"n": 0, "errors": len(errors)}
+    rows = [{"id": r["id"], "gold": r.get("gold"), "prediction": r["prediction"], "abstained": r["abstained"],
+             "confidence": r["confidence"], **r} for r in records]
+    write_jsonl(out / "predictions.jsonl", rows)
+    write_json(out / "metrics.json", metrics)
+    if metrics["n"]:
+        scored = [r for r in records if r.get("gold")]
+        right = [r["label"] == r["gold"] for r in scored]
+        calibrated = [r["confidence"] for r in scored]
+        raw = [r["confidence_uncalibrated"] for r in scored]
+        (out / "report.md").write_text(report_markdown(metrics, f"R2VC — {args.predictions}"), encoding="utf-8")
+        if args.plots:
+            risk_coverage_plot({"calibrated": risk_coverage(calibrated, right),
+                                "uncalibrated (s_ver)": risk_coverage(raw, right)}, out / "risk_coverage.png")
+            reliability_diagram({"calibrated": (calibrated, right), "uncalibrated (s_ver)": (raw, right)},
+                                out / "reliability.png")
+        print(report_markdown(metrics, "R2VC").split("\n\nOutcomes")[0].split("\n", 2)[2])
+    print(f"wrote metrics.json, predictions.jsonl, report.md and plots to {out}")
+    return metrics

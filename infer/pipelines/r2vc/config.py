@@ -1,0 +1,66 @@
+"""Settings of the R2VC pipeline (SPEC §1). Thresholds and weights of the signals live in
+:class:`~veracity.infer.pipelines.r2vc.signals.SignalSettings`; the generator engine in
+:class:`~veracity.models.engine.EngineConfig`; both are parsed beside this one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ABSTENTION_MODES = ("fixed", "risk_control", "none")
+# Prepared claim sources without evidence of their own → the prepared corpus they retrieve from.
+RETRIEVAL_CORPORA = {"climate_fever_claims": "climate_fever_corpus", "fever_paper_dev": "fever_wiki_paragraphs"}
+
+
+@dataclass
+class R2VCConfig:
+    """What to run R2VC on and how (fields double as ``veracity infer r2vc`` options)."""
+
+    # --- inputs -------------------------------------------------------------------------------------------
+    prepared_dir: str = field(default="runs/prep", metadata={"help": "Output folder of veracity prep."})
+    sources: list[str] = field(default_factory=lambda: ["fever_symmetric", "vitaminc"], metadata={
+        "help": "Prepared claim sources. Given evidence is used where a source has it; "
+                f"{sorted(RETRIEVAL_CORPORA)} retrieve from their corpus."})
+    split: str = field(default="dev", metadata={"help": "Hash split (the calibrator trains on calib, never dev)."})
+    max_examples: int | None = field(default=None, metadata={"help": "Cap per source (first N by a seeded order)."})
+    claims: str | None = field(default=None, metadata={
+        "help": "A JSONL of your own claims {id, claim[, evidence, label]} instead of prepared sources; claims "
+                "without evidence retrieve from --index_dir."})
+    index_dir: str | None = field(default=None, metadata={"help": "A `veracity index build` folder to retrieve from."})
+    index_root: str = field(default="runs/index", metadata={"help": "Where prepared corpora are indexed (once)."})
+    output_dir: str = field(default="runs/r2vc", metadata={"help": "Run directory."})
+    shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the claims."})
+    claims_per_call: int = field(default=8, metadata={"help": "Claims per generator / verifier call."})
+    progress: bool = True
+    # --- retrieval (sources without their own evidence) ----------------------------------------------------
+    top_k: int = field(default=5, metadata={"help": "Evidence passages kept per claim from retrieval (the pool K)."})
+    alpha: float = field(default=0.5, metadata={"help": "BM25 weight of the min–max α-fusion (SPEC §1)."})
+    retrieval_candidates: int = field(default=100, metadata={"help": "Hits per retriever before fusion."})
+    # --- generator ----------------------------------------------------------------------------------------
+    use_generator: bool = field(default=True, metadata={"help": "false: the NLI-only ablation (no generator)."})
+    n_candidates: int = field(default=12, metadata={"help": "Candidates sampled per claim (SPEC: up to 12)."})
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_new_tokens: int = 160
+    seed: int = 13
+    # --- verifier and decision ----------------------------------------------------------------------------
+    nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
+    nli_batch_size: int = 32
+    nli_candidate: bool = field(default=False, metadata={
+        "help": "Add the verifier's own label (y_NLI) as one more candidate, scored by the same calibrator."})
+    calibrator: str | None = field(default=None, metadata={
+        "help": "calibrator.json from `veracity train calibrator`; none: rank by s_ver, confidence = s_ver."})
+    abstention: str = field(default="fixed", metadata={"help": f"One of {ABSTENTION_MODES}."})
+    tau_ver: float = field(default=0.55, metadata={"help": "Abstain when the chosen candidate's s_ver is below."})
+    tau_cal: float = field(default=0.60, metadata={"help": "Abstain when the calibrated confidence is below."})
+
+    def __post_init__(self) -> None:
+        if self.abstention not in ABSTENTION_MODES:
+            raise ValueError(f"abstention must be one of {ABSTENTION_MODES}, got {self.abstention!r}")
+        if self.calibrator in ("", "none", "None"):
+            self.calibrator = None
+        if not 1 <= self.n_candidates <= 64:
+            raise ValueError(f"n_candidates must be in 1..64, got {self.n_candidates}")
+        if not self.use_generator and not self.nli_candidate:
+            self.nli_candidate = True  # NLI-only: the verifier's label is the only candidate
+        if self.abstention == "risk_control" and not self.calibrator:
+            raise ValueError("abstention risk_control needs a calibrator (its tau_cal is chosen on calib)")

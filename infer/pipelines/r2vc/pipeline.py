@@ -1,0 +1,212 @@
+"""R2VC over a batch of claims: evidence → candidates → verifier signals → calibrator → two-stage decision.
+
+``R2VCPipeline(config, signal_settings, engine_config)`` loads every model once; calling it on a list of claim
+items returns one output record per item (run by ``infer/batch.py``: resumable, sharded, errors isolated). Per
+batch there is one generator call (n candidates per claim) and one verifier call over every distinct
+(passage, claim) pair, shared by all candidates of a claim. The record keeps the evidence verbatim, every
+candidate with its signals, features and confidence, the decision and why.
+
+Defined outcomes: a claim with no evidence is ``no_evidence`` (NOT ENOUGH INFO, abstained, no model call); an
+answer that does not parse stays in the record with its error and takes no part in the decision; when no
+candidate parses (and no NLI candidate competes) the outcome is ``no_parsable_candidate`` (abstained).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from veracity.data_prep.schema import NOT_ENOUGH_INFO
+from veracity.infer.pipelines.r2vc.config import R2VCConfig
+from veracity.infer.pipelines.r2vc.prompt import parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.signals import (
+    NLI_TO_LABEL,
+    SignalSettings,
+    abstain,
+    candidate_features,
+    candidate_signals,
+    claim_signals,
+)
+from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult
+
+logger = logging.getLogger(__name__)
+Item = dict[str, Any]
+
+
+def thresholds(config: R2VCConfig, calibrator: Any | None) -> tuple[float | None, float | None]:
+    """(τ_ver, τ_cal) in force: fixed → the configured pair (τ_cal only with a calibrator); risk_control → the
+    calibrator's risk-controlled τ_cal alone; none → no abstention."""
+    if config.abstention == "none":
+        return None, None
+    if config.abstention == "risk_control":
+        chosen = (calibrator.risk_control or {}).get("tau_cal") if calibrator else None
+        if chosen is None:
+            raise ValueError("abstention risk_control: the calibrator has no risk-controlled tau_cal; fit it with "
+                             "`veracity train calibrator --target_risk 0.1`")
+        return None, float(chosen)
+    return config.tau_ver, (config.tau_cal if calibrator else None)
+
+
+def parse_candidates(result: GenerationResult | None, n_passages: int) -> list[dict[str, Any]]:
+    """Generated candidates as records: label, rationale, cited ids and mean log-prob, or the parse error."""
+    if result is None:
+        return []
+    out = []
+    for candidate in result.candidates:
+        answer, error = parse_r2vc_answer(candidate.text, num_passages=n_passages)
+        out.append({"from": "generator", "text": candidate.text, "finish_reason": candidate.finish_reason,
+                    "mean_logprob": candidate.mean_logprob, "parse_error": error,
+                    "label": answer.label if answer else None, "rationale": answer.rationale if answer else "",
+                    "evidence_ids": list(answer.evidence_ids) if answer else []})
+    return out
+
+
+def decide(item: Item, nli: np.ndarray, result: GenerationResult | None, config: R2VCConfig,
+           settings: SignalSettings, calibrator: Any | None) -> dict[str, Any]:
+    """The output record of one claim from its passage scores and generation result (no model calls)."""
+    passages = item["passages"]
+    texts = [p["text"] for p in passages]
+    s_ent, s_contr, s_cov, y_nli = claim_signals(nli, settings)
+    record: dict[str, Any] = {
+        "id": item["id"], "source": item.get("source", ""), "claim": item["claim"], "gold": item.get("gold"),
+        "passages": passages, "nli": np.round(nli, 6).tolist(),
+        "claim_signals": {"s_ent": s_ent, "s_contr": s_contr, "s_cov": s_cov, "y_nli": y_nli},
+        "generation_error": result.error if result is not None else None,
+        "candidates": parse_candidates(result, len(passages)),
+    }
+    if not passages:
+        return {**record, "outcome": "no_evidence", "chosen": None, "label": NOT_ENOUGH_INFO,
+                "prediction": NOT_ENOUGH_INFO, "abstained": True, "abstain_reason": "no evidence",
+                "confidence": 0.0, "confidence_uncalibrated": 0.0}
+    candidates = record["candidates"]
+    if config.nli_candidate:
+        candidates.append({"from": "nli", "text": "", "finish_reason": None, "mean_logprob": None, "parse_error": None,
+                           "label": NLI_TO_LABEL[y_nli], "rationale": "",
+                           "evidence_ids": [int(np.argmax(np.asarray(nli)[:, 0])) + 1]})
+    generated_labels = [c["label"] for c in candidates if c["from"] == "generator" and c["label"]]
+    usable = [c for c in candidates if c["label"]]
+    for c in usable:
+        signals = candidate_signals(nli, c["label"], c["evidence_ids"], item["claim"], texts, settings)
+        c["signals"] = signals.to_dict()
+        c["features"] = candidate_features(signals, c["label"], generated_labels, c["evidence_ids"], c["rationale"],
+                                           c["mean_logprob"], from_nli=c["from"] == "nli")
+        c["confidence_uncalibrated"] = float(np.clip(signals.s_ver, 0.0, 1.0))
+    if not usable:
+        return {**record, "outcome": "no_parsable_candidate", "chosen": None, "label": NOT_ENOUGH_INFO,
+                "prediction": NOT_ENOUGH_INFO, "abstained": True, "abstain_reason": "no parsable candidate",
+                "confidence": 0.0, "confidence_uncalibrated": 0.0}
+    if calibrator is not None:
+        for c, p in zip(usable, calibrator.predict_proba([c["features"] for c in usable]), strict=True):
+            c["confidence"] = float(p)
+    else:
+        for c in usable:
+            c["confidence"] = c["confidence_uncalibrated"]
+    best = max(range(len(usable)), key=lambda k: (usable[k]["confidence"], usable[k]["signals"]["s_ver"]))
+    chosen = usable[best]
+    tau_ver, tau_cal = thresholds(config, calibrator)
+    reason = abstain(chosen["signals"]["s_ver"], chosen["confidence"], tau_ver, tau_cal)
+    return {**record, "outcome": "abstained" if reason else "answered", "chosen": candidates.index(chosen),
+            "label": chosen["label"], "prediction": NOT_ENOUGH_INFO if reason else chosen["label"],
+            "abstained": reason is not None, "abstain_reason": reason, "confidence": chosen["confidence"],
+            "confidence_uncalibrated": chosen["confidence_uncalibrated"]}
+
+
+class R2VCPipeline:
+    """Loads the generator engine, the verifier, the calibrator and any retrieval index once."""
+
+    def __init__(self, config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfig):
+        from veracity.models.nli import NLIVerifier
+
+        self.config, self.settings = config, settings
+        self.engine = None
+        if config.use_generator:
+            from veracity.models.engine import make_engine
+
+            self.engine = make_engine(engine_config)
+        self.verifier = NLIVerifier(config.nli_model, config.nli_batch_size)
+        self.calibrator = None
+        if config.calibrator:
+            from veracity.models.calibrator import LogisticCalibrator
+
+            self.calibrator = LogisticCalibrator.load(config.calibrator)
+        thresholds(config, self.calibrator)  # a risk_control run without a chosen τ_cal fails before any work
+        self._searchers: dict[str, Any] = {}
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    # --- evidence ---------------------------------------------------------------------------------------
+
+    def _searcher(self, key: str) -> Any:
+        """A searcher over ``key``: an index folder, or a prepared corpus (indexed once under index_root)."""
+        if key not in self._searchers:
+            from veracity.infer.retrieval.index import IndexSettings, build_index, load_index
+            from veracity.infer.retrieval.searcher import Searcher, SearchSettings
+
+            folder = Path(key)
+            if not (folder / "index_meta.json").exists():
+                from veracity.data_prep.prepared import prepared_path
+
+                corpus = prepared_path(self.config.prepared_dir, key)
+                folder = Path(self.config.index_root) / key
+                if not (folder / "index_meta.json").exists():
+                    logger.info("building the retrieval index of %s in %s", key, folder)
+                    build_index(corpus, folder, IndexSettings(stem=True))
+            index = load_index(folder)
+            settings = SearchSettings(mode="alpha", alpha=self.config.alpha, top_k=self.config.top_k,
+                                      candidates=self.config.retrieval_candidates)
+            self._searchers[key] = (Searcher(index, settings), index.texts())
+        return self._searchers[key]
+
+    def _retrieve(self, items: Sequence[Item]) -> None:
+        by_source: dict[str, list[Item]] = defaultdict(list)
+        for item in items:
+            if item.get("retrieve_from"):
+                by_source[item["retrieve_from"]].append(item)
+        for key, group in by_source.items():
+            searcher, texts = self._searcher(key)
+            for item, hits in zip(group, searcher.search([i["claim"] for i in group]), strict=True):
+                item["passages"] = [{"text": texts[doc_id], "doc_id": doc_id, "score": round(float(score), 6)}
+                                    for doc_id, score in hits]
+
+    # --- one batch --------------------------------------------------------------------------------------
+
+    def __call__(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        items = [dict(item) for item in items]
+        t0 = time.perf_counter()
+        self._retrieve(items)
+        t1 = time.perf_counter()
+        results: list[GenerationResult | None] = [None] * len(items)
+        if self.engine is not None:
+            asked = [k for k, item in enumerate(items) if item["passages"]]
+            requests = [GenerationRequest.chat(
+                prompt_messages(items[k]["claim"], [p["text"] for p in items[k]["passages"]]),
+                n=self.config.n_candidates, temperature=self.config.temperature, top_p=self.config.top_p,
+                max_new_tokens=self.config.max_new_tokens, seed=self.config.seed) for k in asked]
+            for k, result in zip(asked, self.engine.generate(requests) if requests else [], strict=True):
+                results[k] = result
+        t2 = time.perf_counter()
+        titles = self.verifier.evidence_titles
+        premises = [f"{p['title']}: {p['text']}" if titles and p.get("title") else p["text"]
+                    for item in items for p in item["passages"]]
+        hypotheses = [item["claim"] for item in items for _ in item["passages"]]
+        probabilities = self.verifier.predict(premises, hypotheses)
+        t3 = time.perf_counter()
+        records, start = [], 0
+        for item, result in zip(items, results, strict=True):
+            nli = probabilities[start : start + len(item["passages"])].reshape(-1, 3)
+            start += len(item["passages"])
+            records.append(decide(item, nli, result, self.config, self.settings, self.calibrator))
+        t4 = time.perf_counter()
+        for stage, seconds in (("retrieval", t1 - t0), ("generation", t2 - t1), ("verifier", t3 - t2),
+                               ("decision", t4 - t3)):
+            self.seconds[stage] += seconds
+        return records
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()

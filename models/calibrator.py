@@ -1,0 +1,91 @@
+"""The R2VC calibrator as a model: logistic regression from a candidate's features to P(its label is correct).
+
+Stored as inspectable JSON (feature names, coefficients, intercept, the versions that fit it, its metrics and any
+risk-controlled threshold) — never a pickle. Loading checks the file; predicting checks that every feature the
+calibrator was fit on is given, so a calibrator fit with token log-probabilities refuses inputs without them.
+Fitting lives in ``train/calibrator.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMAT = "veracity-logistic-calibrator/1"
+
+
+class CalibratorFeatureError(ValueError):
+    """Features given do not match the ones the calibrator was fit on."""
+
+
+@dataclass
+class LogisticCalibrator:
+    """``p = σ(intercept + Σ coef_i · x_i)`` over the named features (standardisation folded into the weights)."""
+
+    feature_names: list[str]
+    coefficients: list[float]
+    intercept: float
+    versions: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    risk_control: dict[str, Any] = field(default_factory=dict)  # {target_risk, delta, tau_cal, ...} when chosen
+
+    def __post_init__(self) -> None:
+        if len(self.feature_names) != len(self.coefficients):
+            raise ValueError(f"{len(self.feature_names)} feature names for {len(self.coefficients)} coefficients")
+        if len(set(self.feature_names)) != len(self.feature_names):
+            raise ValueError(f"duplicate feature names in {self.feature_names}")
+        if not all(math.isfinite(c) for c in [*self.coefficients, self.intercept]):
+            raise ValueError("calibrator coefficients must be finite numbers")
+
+    def matrix(self, rows: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """Feature rows (dicts) → a matrix in this calibrator's column order; a missing feature is an error."""
+        for number, row in enumerate(rows):
+            missing = [name for name in self.feature_names if name not in row or row[name] is None]
+            if missing:
+                raise CalibratorFeatureError(
+                    f"row {number}: the calibrator was fit on {self.feature_names} and needs {missing}; "
+                    "fit one without them (e.g. for an engine without token log-probabilities)")
+        return np.array([[float(row[name]) for name in self.feature_names] for row in rows], dtype=float)
+
+    def predict_proba(self, rows: Sequence[Mapping[str, float]] | np.ndarray) -> np.ndarray:
+        """P(correct) per row; rows are dicts keyed by feature name, or a matrix in :attr:`feature_names` order."""
+        x = np.asarray(rows, dtype=float) if isinstance(rows, np.ndarray) else self.matrix(rows)
+        if x.size == 0:
+            return np.zeros(0)
+        if x.ndim != 2 or x.shape[1] != len(self.feature_names):
+            raise CalibratorFeatureError(f"expected {len(self.feature_names)} columns {self.feature_names}, "
+                                         f"got shape {x.shape}")
+        logits = x @ np.asarray(self.coefficients) + self.intercept
+        return 1.0 / (1.0 + np.exp(-logits))
+
+    # --- storage ----------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, **asdict(self)}
+
+    def save(self, path: str | Path) -> Path:
+        from veracity.io import write_json
+
+        write_json(path, self.to_dict())
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> LogisticCalibrator:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "calibrator.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"no calibrator at {path}: fit one with `veracity train calibrator`")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{path}: field 'format' is {data.get('format')!r}, expected {FORMAT!r}")
+        try:
+            return cls(**{k: v for k, v in data.items() if k != "format"})
+        except TypeError as error:
+            raise ValueError(f"{path}: not a calibrator file ({error})") from None

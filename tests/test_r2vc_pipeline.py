@@ -1,0 +1,175 @@
+"""The R2VC pipeline end to end on tiny models: output schema, defined outcomes, the command line and the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from veracity.data_prep.prepare import PrepConfig, prepare
+from veracity.infer.pipelines.r2vc.config import R2VCConfig
+from veracity.infer.pipelines.r2vc.pipeline import decide
+from veracity.infer.pipelines.r2vc.prompt import format_answer
+from veracity.infer.pipelines.r2vc.signals import SignalSettings
+from veracity.models.engine import Candidate, GenerationResult
+
+RECORD_KEYS = {"id", "source", "claim", "gold", "passages", "nli", "claim_signals", "generation_error", "candidates",
+               "outcome", "chosen", "label", "prediction", "abstained", "abstain_reason", "confidence",
+               "confidence_uncalibrated"}
+
+
+@pytest.fixture(scope="module")
+def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("prep")
+    prepare(PrepConfig(data_root=str(data_root), output_dir=str(out), datasets=["fever", "vitaminc"],
+                       train_fraction=0.0, calib_fraction=0.0, dev_fraction=1.0))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny_verifier")
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_encoder_dir)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, num_labels=3,
+                        id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
+                        label2id={"entailment": 0, "neutral": 1, "contradiction": 2})
+    model = BertForSequenceClassification(config)
+    model.config.veracity_max_length = 48  # small, so a long passage must be windowed
+    model.config.veracity_evidence_titles = False
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _result(*texts: str, logprob: float = -0.2) -> GenerationResult:
+    return GenerationResult([Candidate(t, "stop", token_logprobs=[logprob, logprob]) for t in texts])
+
+
+ITEM = {"id": "x", "claim": "The bridge is 120 metres long", "gold": "SUPPORTS", "source": "t",
+        "passages": [{"text": "The bridge is 120 metres long."}, {"text": "It opened in 1990."}]}
+NLI = np.array([[0.9, 0.05, 0.05], [0.2, 0.7, 0.1]])
+
+
+def test_decide_picks_the_most_confident_parsed_candidate_and_keeps_failures() -> None:
+    config = R2VCConfig(tau_ver=0.0, calibrator=None)
+    result = _result(format_answer("SUPPORTS", "Passage 1 says so.", [1]), "not json at all",
+                     format_answer("REFUTES", "No.", [2]))
+    record = decide(ITEM, NLI, result, config, SignalSettings(), None)
+    assert RECORD_KEYS <= set(record)
+    assert record["label"] == record["prediction"] == "SUPPORTS" and record["outcome"] == "answered"
+    failed = record["candidates"][1]
+    assert failed["label"] is None and failed["parse_error"].startswith("no_json_object") and "signals" not in failed
+    chosen = record["candidates"][record["chosen"]]
+    assert chosen["confidence"] == max(c["confidence"] for c in record["candidates"] if c["label"])
+    assert set(chosen["signals"]) == {"s_ent", "s_contr", "s_cov", "s_cit", "y_nli", "s_cons", "s_align", "s_ver"}
+
+
+def test_decide_defined_outcomes() -> None:
+    settings = SignalSettings()
+    no_evidence = decide({**ITEM, "passages": []}, np.zeros((0, 3)), None, R2VCConfig(), settings, None)
+    assert (no_evidence["outcome"], no_evidence["prediction"], no_evidence["abstained"]) == (
+        "no_evidence", "NOT ENOUGH INFO", True)
+    garbage = decide(ITEM, NLI, _result("??", "still not json"), R2VCConfig(nli_candidate=False), settings, None)
+    assert garbage["outcome"] == "no_parsable_candidate" and garbage["abstained"]
+    assert [c["parse_error"] is not None for c in garbage["candidates"]] == [True, True]
+    rescued = decide(ITEM, NLI, _result("??"), R2VCConfig(nli_candidate=True, tau_ver=0.0), settings, None)
+    assert rescued["candidates"][rescued["chosen"]]["from"] == "nli" and rescued["label"] == "SUPPORTS"
+    overflow = decide(ITEM, NLI, GenerationResult(error="context_overflow: too long"), R2VCConfig(nli_candidate=True,
+                      tau_ver=0.0), settings, None)
+    assert overflow["generation_error"].startswith("context_overflow") and overflow["label"] == "SUPPORTS"
+
+
+def test_decide_abstains_on_low_verifier_score_and_uses_the_calibrator() -> None:
+    from veracity.models.calibrator import LogisticCalibrator
+
+    result = _result(format_answer("SUPPORTS", "Passage 1 says so.", [1]))
+    low = decide(ITEM, np.array([[0.3, 0.4, 0.3]] * 2), result, R2VCConfig(), SignalSettings(), None)
+    assert low["abstained"] and "tau_ver" in low["abstain_reason"] and low["label"] == "SUPPORTS"
+    unsure = LogisticCalibrator(["s_ver"], [0.0], -1.0)  # always p = σ(−1) ≈ 0.27 < τ_cal
+    record = decide(ITEM, NLI, result, R2VCConfig(calibrator="c.json"), SignalSettings(), unsure)
+    assert record["abstained"] and "tau_cal" in record["abstain_reason"]
+    assert record["confidence"] == pytest.approx(1 / (1 + np.e))
+
+
+def test_pipeline_run_on_tiny_models(prepared_dir: Path, tiny_lm_dir: Path, tiny_verifier: Path,
+                                     tmp_path: Path) -> None:
+    from veracity.infer.pipelines.r2vc.run import main
+
+    out = tmp_path / "run"
+    argv = ["--prepared_dir", str(prepared_dir), "--sources", "fever_symmetric", "vitaminc", "--split", "dev",
+            "--max_examples", "3", "--model", str(tiny_lm_dir), "--nli_model", str(tiny_verifier),
+            "--n_candidates", "2", "--max_new_tokens", "6", "--nli_candidate", "true", "--output_dir", str(out),
+            "--progress", "false", "--cache", str(tmp_path / "cache.sqlite")]
+    report = main(argv)
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 6 and all(r["status"] == "ok" for r in records)
+    for row in records:
+        record = row["result"]
+        assert RECORD_KEYS <= set(record)
+        assert len(record["candidates"]) == 3  # 2 sampled (a random tiny model writes no JSON) + the NLI one
+        assert record["candidates"][-1]["from"] == "nli" and record["passages"]
+        assert np.allclose(np.sum(record["nli"], axis=1), 1.0)
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("n", "accuracy", "macro_f1", "brier", "ece", "ece_uncalibrated", "coverage", "selective_accuracy",
+                "aurc"):
+        assert key in metrics
+    assert metrics["n"] == 6 and metrics["parse_failure_rate"] == 1.0
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert all({"id", "gold", "prediction", "abstained", "confidence"} <= set(r) for r in rows)
+    assert (out / "risk_coverage.png").stat().st_size > 1000 and (out / "reliability.png").stat().st_size > 1000
+    assert "accuracy" in (out / "report.md").read_text()
+    assert set(report["seconds_per_stage"]) == {"retrieval", "generation", "verifier", "decision"}
+    again = main(argv)  # resumes: nothing to do
+    assert again["already_done"] == 6 and again["processed"] == 0
+
+
+def test_user_claims_file_and_long_evidence_is_windowed(tiny_lm_dir: Path, tiny_verifier: Path,
+                                                        tmp_path: Path) -> None:
+    from veracity.infer.pipelines.r2vc.run import main
+
+    long_passage = " ".join(f"Fact {i}: the tower is {i} metres tall." for i in range(20))
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text(json.dumps({"id": "a", "claim": "The tower is 19 metres tall.", "evidence": long_passage}) + "\n"
+                      + json.dumps({"id": "b", "claim": "Cats purr.", "evidence": ["Cats purr when content."],
+                                    "label": "supports"}) + "\n")
+    report = main(["--claims", str(claims), "--model", str(tiny_lm_dir), "--nli_model", str(tiny_verifier),
+                   "--n_candidates", "1", "--max_new_tokens", "4", "--output_dir", str(tmp_path / "out"),
+                   "--progress", "false"])
+    assert report["verifier"]["windowed"] == 1 and report["verifier"]["windows"] > 1
+    assert report["metrics"]["n"] == 1 and report["metrics"]["unlabelled"] == 1
+
+
+def test_bad_claims_file_is_one_line_error_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           tiny_verifier: Path) -> None:
+    from veracity import cli
+
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text('{"id": "a", "claim": "ok", "evidence": "e"}\n{"id": "b", "claim": "", "evidence": "e"}\n')
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as info:
+        cli.main(["infer", "r2vc", "--claims", str(claims), "--nli_model", str(tiny_verifier), "--output_dir",
+                  str(out)])
+    assert info.value.code == 2
+    assert f"{claims}:2: field 'claim': missing or empty claim" in capsys.readouterr().err
+    assert not out.exists()  # nothing written before the input is valid
+    claims.write_text('{"id": "a", "claim": "ok"}\n')
+    with pytest.raises(SystemExit):
+        cli.main(["infer", "r2vc", "--claims", str(claims), "--output_dir", str(out)])
+    assert "no evidence and no --index_dir" in capsys.readouterr().err
+
+
+def test_eval_r2vc_rejects_a_torn_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from veracity import cli
+
+    bad = tmp_path / "records.jsonl"
+    bad.write_text('{"id": "a", "status": "ok", "result": {}}\n{"id": "b", "stat')
+    with pytest.raises(SystemExit) as info:
+        cli.main(["eval", "r2vc", "--predictions", str(bad), "--output_dir", str(tmp_path / "o")])
+    assert info.value.code == 2 and f"{bad}:2: not an R2VC record" in capsys.readouterr().err
