@@ -48,10 +48,10 @@ OUR_YAMLS = sorted(p for p in REPO.glob("configs/**/*.yaml") if "accelerate" not
 
 @pytest.mark.parametrize("path", OUR_YAMLS, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_shipped_yaml_parses(path: Path) -> None:
-    from veracity.config import parse_config
+    from veracity.config import load_config_values, parse_config
 
     types = _config_types(path)
-    values = yaml.safe_load(path.read_text())
+    values = load_config_values(path)  # a recipe's `base` chain resolved
     unknown = set(values) - {f.name for cls in types for f in dataclasses.fields(cls)}
     assert not unknown, f"{path}: keys the config does not have: {unknown}"
     # GPU recipes (bf16) are parsed here as on a CPU: TrainingArguments refuses bf16 without a GPU.
@@ -120,3 +120,18 @@ def test_run_config_records_config_versions_and_revision(tmp_path: Path) -> None
     assert record["job"] == "unit" and record["config"] == {"lr": 1e-3, "path": "/x"}
     assert record["versions"]["torch"] and record["versions"]["python"].startswith("3.")
     assert "git_revision" in record
+
+
+def test_a_recipe_can_start_from_another(tmp_path: Path) -> None:
+    from veracity.config import load_config_values, parse_config
+    from veracity.infer.pipelines.r2vc.config import R2VCConfig
+
+    (tmp_path / "base.yaml").write_text("split: calib\nn_candidates: 6\nsources: [vitaminc]\n")
+    (tmp_path / "ablation.yaml").write_text("base: base.yaml\nn_candidates: 2\n")
+    assert load_config_values(tmp_path / "ablation.yaml") == {"split": "calib", "n_candidates": 2,
+                                                              "sources": ["vitaminc"]}
+    (config,) = parse_config((R2VCConfig,), ["--config", str(tmp_path / "ablation.yaml"), "--max_examples", "3"])
+    assert (config.split, config.n_candidates, config.sources, config.max_examples) == ("calib", 2, ["vitaminc"], 3)
+    (tmp_path / "base.yaml").write_text("base: ablation.yaml\n")
+    with pytest.raises(ValueError, match="include each other"):
+        load_config_values(tmp_path / "ablation.yaml")

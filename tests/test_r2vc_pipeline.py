@@ -173,3 +173,14 @@ def test_eval_r2vc_rejects_a_torn_file(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as info:
         cli.main(["eval", "r2vc", "--predictions", str(bad), "--output_dir", str(tmp_path / "o")])
     assert info.value.code == 2 and f"{bad}:2: not an R2VC record" in capsys.readouterr().err
+
+
+def test_generator_only_votes_and_never_abstains() -> None:
+    result = _result(format_answer("REFUTES", "No.", [1]), format_answer("REFUTES", "No.", [1]),
+                     format_answer("SUPPORTS", "Yes.", [1]))
+    config = R2VCConfig(use_verifier=False, calibrator=None)
+    record = decide(ITEM, NLI, result, config, SignalSettings(), None)  # the verifier says SUPPORTS: ignored
+    assert record["label"] == "REFUTES" and not record["abstained"]
+    assert record["confidence"] == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="generator-only"):
+        R2VCConfig(use_verifier=False, nli_candidate=True)

@@ -31,13 +31,15 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
 
 
 def usage() -> str:
-    lines = ["usage: veracity <command> [options]", "", "commands:"]
+    lines = ["usage: veracity [--verbose] <command> [options]", "", "commands:"]
     lines += [f"  {name:8} {help_text}" for name, (_, help_text) in COMMANDS.items()]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in args  # a global flag: third-party logs, warnings and bars come back
+    args = [a for a in args if a != "--verbose"]
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return 0
@@ -60,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from veracity.logs import setup_logging
 
-    setup_logging()
+    setup_logging(verbose=verbose)
     module = importlib.import_module(module_name)
     module.main(rest)
     return 0

@@ -1,11 +1,38 @@
-"""Logging set up once, by entry points only."""
+"""Logging set up once, by entry points only; third-party noise quiet unless ``--verbose``.
+
+Quiet by default means: transformers, datasets and huggingface_hub log errors only and show no progress bars
+of their own (weight loading, ``Map``), FutureWarnings and UserWarnings from libraries are not shown, and chatty
+loggers (faiss's loader, matplotlib's font cache, HTTP clients) log warnings only. veracity's own progress bars
+(batch runs, training) and tables stay. ``veracity --verbose …`` or ``VERACITY_VERBOSE=1`` brings everything back.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import warnings
+
+CHATTY_LOGGERS = ("faiss", "faiss.loader", "matplotlib", "httpx", "httpcore", "urllib3", "datasets", "transformers",
+                  "sentence_transformers", "huggingface_hub", "accelerate", "peft", "trl", "PIL")
+LIBRARY_MODULES = r"(transformers|trl|peft|accelerate|datasets|torch|sentence_transformers|huggingface_hub|sklearn)"
 
 
-def setup_logging(level: str | None = None) -> None:
+def quiet_third_party() -> None:
+    """Silence third-party logs, warnings and bars (must run before those libraries are imported)."""
+    for name, value in (("TRANSFORMERS_VERBOSITY", "error"), ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"),
+                        ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                        ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(name, value)
+    for category in (FutureWarning, UserWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=LIBRARY_MODULES)
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def setup_logging(level: str | None = None, verbose: bool | None = None) -> None:
+    if verbose is None:
+        verbose = os.environ.get("VERACITY_VERBOSE", "") not in ("", "0", "false")
+    if not verbose:
+        quiet_third_party()
     level = (level or os.environ.get("VERACITY_LOG_LEVEL", "INFO")).upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")

@@ -30,6 +30,7 @@ class R2VCConfig:
     output_dir: str = field(default="runs/r2vc", metadata={"help": "Run directory."})
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the claims."})
     claims_per_call: int = field(default=8, metadata={"help": "Claims per generator / verifier call."})
+    retry_errors: bool = field(default=False, metadata={"help": "Re-run the claims whose last record is an error."})
     progress: bool = True
     # --- retrieval (sources without their own evidence) ----------------------------------------------------
     top_k: int = field(default=5, metadata={"help": "Evidence passages kept per claim from retrieval (the pool K)."})
@@ -45,6 +46,9 @@ class R2VCConfig:
     # --- verifier and decision ----------------------------------------------------------------------------
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
     nli_batch_size: int = 32
+    use_verifier: bool = field(default=True, metadata={
+        "help": "false: the generator-only ablation (majority label of the candidates, its vote share as confidence, "
+                "no verifier-based choice or abstention; the verifier's scores are still recorded)."})
     nli_candidate: bool = field(default=False, metadata={
         "help": "Add the verifier's own label (y_NLI) as one more candidate, scored by the same calibrator."})
     calibrator: str | None = field(default=None, metadata={
@@ -60,6 +64,8 @@ class R2VCConfig:
             self.calibrator = None
         if not 1 <= self.n_candidates <= 64:
             raise ValueError(f"n_candidates must be in 1..64, got {self.n_candidates}")
+        if not self.use_verifier and (self.nli_candidate or self.calibrator or not self.use_generator):
+            raise ValueError("use_verifier false (generator-only) takes no nli_candidate, calibrator or NLI-only run")
         if not self.use_generator and not self.nli_candidate:
             self.nli_candidate = True  # NLI-only: the verifier's label is the only candidate
         if self.abstention == "risk_control" and not self.calibrator:

@@ -101,7 +101,10 @@ def decide(item: Item, nli: np.ndarray, result: GenerationResult | None, config:
         return {**record, "outcome": "no_parsable_candidate", "chosen": None, "label": NOT_ENOUGH_INFO,
                 "prediction": NOT_ENOUGH_INFO, "abstained": True, "abstain_reason": "no parsable candidate",
                 "confidence": 0.0, "confidence_uncalibrated": 0.0}
-    if calibrator is not None:
+    if not config.use_verifier:  # generator-only: self-consistency vote, no verifier in the decision
+        for c in usable:
+            c["confidence"] = c["confidence_uncalibrated"] = c["features"]["label_agreement"]
+    elif calibrator is not None:
         for c, p in zip(usable, calibrator.predict_proba([c["features"] for c in usable]), strict=True):
             c["confidence"] = float(p)
     else:
@@ -109,7 +112,7 @@ def decide(item: Item, nli: np.ndarray, result: GenerationResult | None, config:
             c["confidence"] = c["confidence_uncalibrated"]
     best = max(range(len(usable)), key=lambda k: (usable[k]["confidence"], usable[k]["signals"]["s_ver"]))
     chosen = usable[best]
-    tau_ver, tau_cal = thresholds(config, calibrator)
+    tau_ver, tau_cal = thresholds(config, calibrator) if config.use_verifier else (None, None)
     reason = abstain(chosen["signals"]["s_ver"], chosen["confidence"], tau_ver, tau_cal)
     return {**record, "outcome": "abstained" if reason else "answered", "chosen": candidates.index(chosen),
             "label": chosen["label"], "prediction": NOT_ENOUGH_INFO if reason else chosen["label"],
