@@ -64,8 +64,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     setup_logging(verbose=verbose)
     module = importlib.import_module(module_name)
-    module.main(rest)
+    try:
+        module.main(rest)
+    except input_errors() as error:  # one error path for every command: one line, exit code 2
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     return 0
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """What a user can fix without a traceback: a bad input record or file (``DataError``), prepared data that is
+    missing or changed (``PreparedDataError``), a batch output another run is writing (``OutputLockedError``)."""
+    from veracity.data_prep.errors import DataError
+    from veracity.data_prep.prepared import PreparedDataError
+    from veracity.infer.batch import OutputLockedError
+
+    return DataError, PreparedDataError, OutputLockedError
 
 
 if __name__ == "__main__":
