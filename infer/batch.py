@@ -4,18 +4,26 @@
   in one call and flushed, so a kill -9 leaves at most one partial last line; on resume that line is dropped and
   every item already recorded (ok or error) is skipped — no duplicates, no lost items.
 - ``shard=(i, n)`` keeps the items whose id hashes to i mod n: the same split on every machine.
-- A failing item becomes an error record with the exception; the batch goes on.
+- A failing item becomes an error record with the exception; the batch goes on. ``retry_errors=True`` re-runs
+  exactly the items whose last record is an error and appends their new records: the file stays append-only,
+  and readers take the last record of an id (:func:`latest_records`).
+- One writer per output: an exclusive ``flock`` on the sibling ``<output>.lock`` is held for the whole run
+  (resume and truncation of a torn line included); a second run on the same output is refused with
+  :class:`OutputLockedError`, which names the file and the holder's pid.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,30 +50,89 @@ def in_shard(item_id: str, shard: tuple[int, int]) -> bool:
     return n == 1 or int(hashlib.sha256(item_id.encode()).hexdigest()[:16], 16) % n == i
 
 
-def recover_output(path: Path) -> set[str]:
-    """Ids already recorded in ``path``; a torn last line (crash mid-write) is cut off first."""
+class OutputLockedError(RuntimeError):
+    """Another process (or thread) is writing the same batch output."""
+
+
+@contextlib.contextmanager
+def output_lock(output: Path) -> Iterator[Path]:
+    """Hold an exclusive lock on ``<output>.lock`` (with this pid in it) until the block ends.
+
+    The lock file is removed while still held; a process that opened the old file before the removal sees, once
+    it has the lock, that the path no longer names its file and tries again — so two writers never both hold it.
+    """
+    path = output.with_name(output.name + ".lock")
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            raise OutputLockedError(f"{output} is being written by another run (pid {holder}, lock {path}); "
+                                    "wait for it to finish or pick another --output_dir") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file we locked: lock the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.close(fd)
+
+
+def recover_statuses(path: Path) -> dict[str, str]:
+    """Id → status of its last record in ``path``; a torn last line (crash mid-write) is cut off first."""
     if not path.exists():
-        return set()
+        return {}
     data = path.read_bytes()
     cut = data.rfind(b"\n") + 1
     if cut < len(data):
         logger.warning("%s: dropping a partial last line (%d bytes) left by an interrupted run", path, len(data) - cut)
         with open(path, "r+b") as handle:
             handle.truncate(cut)
-    done = set()
+    statuses: dict[str, str] = {}
     for number, line in enumerate(data[:cut].splitlines(), start=1):
         if line.strip():
             try:
-                done.add(str(json.loads(line)["id"]))
-            except (json.JSONDecodeError, KeyError) as error:
+                record = json.loads(line)
+                statuses[str(record["id"])] = str(record.get("status", "ok"))
+            except (json.JSONDecodeError, KeyError, TypeError) as error:
                 raise ValueError(f"{path}:{number}: not a batch output record ({error}); refusing to append") from None
-    return done
+    return statuses
+
+
+def recover_output(path: Path) -> set[str]:
+    """Ids already recorded in ``path`` (ok or error); a torn last line is cut off first."""
+    return set(recover_statuses(path))
+
+
+def latest_records(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a batch output, one per id: the last one written (a retried error is replaced), in the
+    order the ids first appear."""
+    latest: dict[str, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                record = json.loads(line)
+                latest[str(record["id"])] = record
+    return list(latest.values())
 
 
 @dataclass
 class BatchSummary:
     total_in_shard: int = 0
     already_done: int = 0
+    retried: int = 0
     processed: int = 0
     ok: int = 0
     errors: int = 0
@@ -80,7 +147,9 @@ class BatchSummary:
         return {**self.__dict__, "items_per_second": round(self.items_per_second, 3)}
 
     def __str__(self) -> str:
-        return (f"{self.total_in_shard} items in shard: {self.already_done} already done, {self.processed} processed "
+        retried = f", {self.retried} failed ones retried" if self.retried else ""
+        return (f"{self.total_in_shard} items in shard: {self.already_done} already done{retried}, "
+                f"{self.processed} processed "
                 f"({self.ok} ok, {self.errors} errors) in {self.seconds:.1f} s, {self.items_per_second:.2f} items/s")
 
 
@@ -94,18 +163,34 @@ def run_batch(
     batch_size: int = 1,
     progress: bool = True,
     fsync: bool = False,
+    retry_errors: bool = False,
+    take_lock: bool = True,
 ) -> BatchSummary:
     """Run ``process`` over the items not yet in ``output`` and append one record per item.
 
     ``process`` takes a list of items and returns one result per item, in order; a returned ``Exception``
     marks that item as failed. If ``process`` raises, the items of that call are retried one by one so one bad
-    item cannot sink its neighbours.
-    """
-    from tqdm.auto import tqdm
+    item cannot sink its neighbours. With ``retry_errors``, items whose last record is an error are run again
+    (their new record is appended; the last record of an id wins). ``take_lock=False`` when the caller already
+    holds :func:`output_lock` on ``output`` (to write its run record under the same lock).
 
+    Raises:
+        OutputLockedError: another run holds the lock on ``output``.
+        ValueError: a missing or duplicate item id, or an output file that is not a batch output.
+    """
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    done = recover_output(output)
+    with output_lock(output) if take_lock else contextlib.nullcontext():
+        return _run_locked(items, process, output, id_field=id_field, shard=shard, batch_size=batch_size,
+                           progress=progress, fsync=fsync, retry_errors=retry_errors)
+
+
+def _run_locked(items: Iterable[Item], process: Callable[[Sequence[Item]], list[Any]], output: Path, *,
+                id_field: str, shard: tuple[int, int], batch_size: int, progress: bool, fsync: bool,
+                retry_errors: bool) -> BatchSummary:
+    from tqdm.auto import tqdm
+
+    statuses = recover_statuses(output)
     todo: list[Item] = []
     seen: set[str] = set()
     summary = BatchSummary()
@@ -119,10 +204,14 @@ def run_batch(
         if not in_shard(item_id, shard):
             continue
         summary.total_in_shard += 1
-        if item_id in done:
-            summary.already_done += 1
-        else:
+        status = statuses.get(item_id)
+        if status is None:
             todo.append(item)
+        elif retry_errors and status == "error":
+            summary.retried += 1
+            todo.append(item)
+        else:
+            summary.already_done += 1
     start = time.perf_counter()
     bar = tqdm(total=len(todo), unit="item", desc=output.name, disable=not progress)
     with open(output, "a", encoding="utf-8") as handle:

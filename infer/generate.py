@@ -2,12 +2,14 @@
 
 Usage: veracity infer generate --input items.jsonl --output_dir runs/gen [--template "Is it true? {claim}"]
                                [--engine transformers --model embedded] [--n 4 --temperature 0.7] [--shard 0/4]
-                               [--parse_json true] [--cache runs/gen/cache.sqlite]
+                               [--parse_json true] [--cache runs/gen/cache.sqlite] [--retry_errors true]
 
 Each item needs an ``id`` and ``messages`` (chat), ``prompt`` (raw text), or fields for ``--template`` (one user
 message). Writes ``predictions.jsonl`` (``predictions.shard-i-of-n.jsonl`` when sharded; resumes where it
 stopped), ``summary.json`` and ``run_config.yaml``. An empty item, a prompt beyond the context, or a server
-failure becomes an error record; with ``--parse_json`` every candidate carries ``parsed`` or ``parse_error``.
+failure becomes an error record; with ``--parse_json`` every candidate carries ``parsed`` or ``parse_error``;
+``--retry_errors`` re-runs exactly the items whose last record is an error (the last record of an id wins). The
+input is read and checked before anything is written; one run at a time may write an output (a lock file).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.infer.batch import parse_shard, run_batch
+from veracity.infer.batch import output_lock, parse_shard, run_batch
 from veracity.infer.parsing import extract_json_object
 from veracity.models.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
 
@@ -43,6 +45,7 @@ class GenerateArgs:
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the items."})
     requests_per_call: int = field(default=8, metadata={"help": "Items handed to the engine at once."})
     parse_json: bool = field(default=False, metadata={"help": "Parse each candidate as a JSON object."})
+    retry_errors: bool = field(default=False, metadata={"help": "Re-run the items whose last record is an error."})
     progress: bool = True
 
 
@@ -113,15 +116,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, engine_config = parse_config((GenerateArgs, EngineConfig), argv, prog="veracity infer generate")
     shard = parse_shard(args.shard)
     out = Path(args.output_dir)
-    write_run_config(out, args, engine_config, job="infer generate")
     name = "predictions.jsonl" if shard[1] == 1 else f"predictions.shard-{shard[0]}-of-{shard[1]}.jsonl"
-    items = [row for _, row in read_jsonl(args.input)]
-    engine = make_engine(engine_config)
-    try:
-        summary = run_batch(items, make_processor(engine, args), out / name, id_field=args.id_field, shard=shard,
-                            batch_size=args.requests_per_call, progress=args.progress)
-    finally:
-        engine.close()
+    items = [row for _, row in read_jsonl(args.input)]  # a bad line is a DataError before anything is written
+    out.mkdir(parents=True, exist_ok=True)
+    with output_lock(out / name):  # a refused second run must not overwrite the running one's record either
+        write_run_config(out, args, engine_config, job="infer generate")
+        engine = make_engine(engine_config)
+        try:
+            summary = run_batch(items, make_processor(engine, args), out / name, id_field=args.id_field,
+                                shard=shard, batch_size=args.requests_per_call, progress=args.progress,
+                                retry_errors=args.retry_errors, take_lock=False)
+        finally:
+            engine.close()
     print(summary)
     write_json(out / "summary.json", summary.to_dict())
     logger.info("wrote %s", out / name)

@@ -1,4 +1,5 @@
-"""Batch runner: kill -9 and resume, torn lines, shards, per-item error isolation; the generate job's outcomes."""
+"""Batch runner: kill -9 and resume, torn lines, shards, per-item error isolation, one writer per output,
+--retry_errors; the generate job's outcomes and its errors through the command."""
 
 from __future__ import annotations
 
@@ -123,3 +124,138 @@ def test_generate_job_outcomes(tiny_lm_dir: Path, tmp_path: Path) -> None:
     assert (tmp_path / "run" / "run_config.yaml").exists() and (tmp_path / "run" / "summary.json").exists()
     again = main(args)  # resume: nothing left to do
     assert again["already_done"] == 4 and again["processed"] == 0
+
+
+# --- one writer per output, and --retry_errors ------------------------------------------------------------------
+
+
+def test_a_second_writer_is_refused_naming_the_file_and_the_holders_pid(tmp_path: Path) -> None:
+    from veracity.infer.batch import OutputLockedError
+
+    output = tmp_path / "out.jsonl"
+    script = textwrap.dedent(f"""
+        import time
+        from veracity.infer.batch import run_batch
+        items = [{{"id": f"item-{{i:03d}}", "x": i}} for i in range(300)]
+        def slow(batch):
+            time.sleep(0.05)
+            return [{{"x": item["x"]}} for item in batch]
+        run_batch(items, slow, {str(output)!r}, progress=False)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and (not output.exists() or not output.read_bytes()):
+            time.sleep(0.05)
+        with pytest.raises(OutputLockedError) as info:
+            run_batch(ITEMS, lambda b: [{"x": it["x"]} for it in b], output, progress=False)
+        assert str(output) in str(info.value) and f"pid {proc.pid}" in str(info.value)
+        assert proc.poll() is None, "the first run goes on"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    ids = _ids(output)
+    assert len(ids) == len(set(ids)), "the refused run wrote nothing"
+    run_batch(ITEMS, lambda b: [{"x": it["x"]} for it in b], output, progress=False)  # a killed holder frees it
+    assert sorted(_ids(output)) == sorted(i["id"] for i in ITEMS)
+    assert not (tmp_path / "out.jsonl.lock").exists()
+
+
+def test_the_lock_also_refuses_a_thread_and_is_released_after_the_run(tmp_path: Path) -> None:
+    import threading
+
+    from veracity.infer.batch import OutputLockedError, output_lock
+
+    output = tmp_path / "o.jsonl"
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with output_lock(output):
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait(10)
+    try:
+        with pytest.raises(OutputLockedError, match=rf"o.jsonl is being written by another run \(pid {os.getpid()}"):
+            run_batch(ITEMS[:3], lambda b: b, output, progress=False)
+    finally:
+        release.set()
+        thread.join()
+    assert run_batch(ITEMS[:3], lambda b: [{} for _ in b], output, progress=False).ok == 3
+
+
+def test_retry_errors_reruns_exactly_the_failed_ids_and_the_last_record_wins(tmp_path: Path) -> None:
+    from veracity.infer.batch import latest_records
+
+    output = tmp_path / "o.jsonl"
+    calls: list[str] = []
+
+    def flaky(batch):
+        calls.extend(item["id"] for item in batch)
+        return [ValueError("boom") if item["x"] % 3 == 0 else {"x": item["x"]} for item in batch]
+
+    first = run_batch(ITEMS[:10], flaky, output, batch_size=4, progress=False)
+    failed = [f"item-{i:03d}" for i in (0, 3, 6, 9)]
+    assert first.errors == 4
+    again = run_batch(ITEMS[:10], flaky, output, progress=False)  # a plain resume leaves the errors alone
+    assert again.processed == 0 and again.already_done == 10
+    calls.clear()
+
+    def fixed(batch):
+        calls.extend(item["id"] for item in batch)
+        return [{"x": item["x"]} for item in batch]
+
+    retried = run_batch(ITEMS[:10], fixed, output, retry_errors=True, progress=False)
+    assert calls == failed, "exactly the failed ids, nothing else"
+    assert retried.retried == 4 and retried.already_done == 6 and retried.ok == 4
+    assert _ids(output) == [f"item-{i:03d}" for i in range(10)] + failed, "append-only: new records at the end"
+    latest = latest_records(output)
+    assert [r["id"] for r in latest] == [f"item-{i:03d}" for i in range(10)]
+    assert all(r["status"] == "ok" for r in latest)
+    assert recover_output(output) == {f"item-{i:03d}" for i in range(10)}
+    assert run_batch(ITEMS[:10], flaky, output, retry_errors=True, progress=False).processed == 0
+
+
+def _generate_args(source: Path, out: Path, model: Path) -> list[str]:
+    return ["infer", "generate", "--input", str(source), "--output_dir", str(out), "--template", "Claim: {claim}",
+            "--model", str(model), "--max_new_tokens", "4", "--progress", "false"]
+
+
+def test_generate_retry_errors_and_a_locked_output_through_the_command(tiny_lm_dir: Path, tmp_path: Path,
+                                                                       capsys) -> None:
+    from veracity import cli
+    from veracity.infer.batch import latest_records, output_lock
+
+    source, out = tmp_path / "items.jsonl", tmp_path / "run"
+    source.write_text(json.dumps({"id": "a", "claim": "The sky is blue."}) + "\n"
+                      + json.dumps({"id": "b", "claim": " "}) + "\n")
+    assert cli.main(_generate_args(source, out, tiny_lm_dir)) == 0
+    assert [r["status"] for r in latest_records(out / "predictions.jsonl")] == ["ok", "error"]
+    source.write_text(json.dumps({"id": "a", "claim": "The sky is blue."}) + "\n"
+                      + json.dumps({"id": "b", "claim": "Grass is green."}) + "\n")  # the user fixed item b
+    assert cli.main(_generate_args(source, out, tiny_lm_dir) + ["--retry_errors", "true"]) == 0
+    assert _ids(out / "predictions.jsonl") == ["a", "b", "b"]
+    assert [r["status"] for r in latest_records(out / "predictions.jsonl")] == ["ok", "ok"]
+    record = (out / "run_config.yaml").read_bytes()
+    capsys.readouterr()
+    with output_lock(out / "predictions.jsonl"), pytest.raises(SystemExit) as info:
+        cli.main(_generate_args(source, out, tiny_lm_dir))
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "predictions.jsonl is being written by another run" in err
+    assert len(err.splitlines()) == 1 and (out / "run_config.yaml").read_bytes() == record
+
+
+def test_generate_on_a_torn_input_line_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    from veracity import cli
+
+    source = tmp_path / "items.jsonl"
+    source.write_text(json.dumps({"id": "a", "claim": "x"}) + "\n" + '{"id": "b", "claim": "tor')
+    with pytest.raises(SystemExit) as info:
+        cli.main(_generate_args(source, tmp_path / "run", Path("unused")))
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {source}:2: malformed JSON") and len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()

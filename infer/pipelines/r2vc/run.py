@@ -117,7 +117,7 @@ def run(config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfi
     pipeline = R2VCPipeline(config, settings, engine_config)
     try:
         summary = run_batch(items, pipeline, out / name, shard=shard, batch_size=config.claims_per_call,
-                            progress=config.progress)
+                            progress=config.progress, retry_errors=config.retry_errors)
     finally:
         pipeline.close()
     report = {**summary.to_dict(), "seconds_per_stage": {k: round(v, 2) for k, v in pipeline.seconds.items()},
