@@ -359,3 +359,36 @@ def test_verifier_stages_chain() -> None:
     for before, after in itertools.pairwise(stages):
         assert after["init"] == f"{before['output_dir']}/model"
     assert len({stage["output_dir"] for stage in stages}) == 3
+
+
+def test_dpo_rejected_mined_from_the_sft_model_only_where_the_verifier_disagrees(prepared_dir: Path) -> None:
+    import numpy as np
+
+    from veracity.models.engine import Candidate, Engine, GenerationResult
+    from veracity.train.training_sets import verifier_checked_miner
+
+    class Sampler(Engine):  # samples: unparsable, the gold label, then each wrong label
+        kind = "scripted"
+        model_id = "scripted"
+
+        def generate(self, requests):
+            texts = ["not json", *(format_answer(lab, "r", [1]) for lab in ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO"))]
+            return [GenerationResult([Candidate(t, "stop") for t in texts]) for _ in requests]
+
+    class EntailingVerifier:  # the verifier says every claim is supported
+        def predict(self, premises, hypotheses):
+            return np.tile([0.9, 0.05, 0.05], (len(premises), 1))
+
+    config = _config(prepared_dir, split="train")
+    _, baseline, stats = build(config)
+    miner = verifier_checked_miner(Sampler(), EntailingVerifier(), config)
+    _, dpo, mined_stats = build(config, miner)
+    lonely = stats["dpo_rejected_from"].get("wrong_label_same_evidence", 0)
+    assert lonely > 0
+    counts = mined_stats["dpo_rejected_from"]
+    assert counts["sft_sample_verifier_disagrees"] + counts.get("wrong_label_same_evidence", 0) == lonely
+    for record, before in zip(dpo, baseline, strict=True):
+        rejected, _ = parse_r2vc_answer(record["rejected"][0]["content"])
+        assert rejected.label != record["label"]
+        if record["rejected"] != before["rejected"]:  # a mined answer: never the label the verifier gives
+            assert rejected.label != "SUPPORTS"

@@ -6,8 +6,10 @@ Usage: veracity prep training-sets [--prepared_dir runs/prep] [--output_dir runs
   ``distractors`` passages of other claims, at a seeded position); completion = the gold answer: label, a
   rationale quoting the gold passage, and its id (none for NOT ENOUGH INFO).
 - DPO: chosen = the gold answer; rejected = a wrong-label answer from the example's contrastive partner (same
-  VitaminC / FEVER-Symmetric case or SufficientFacts pair, other label) where one exists, else a wrong label with
-  a rationale over the same evidence.
+  VitaminC / FEVER-Symmetric case or SufficientFacts pair, other label) where one exists; else, with
+  ``--mine_model`` (the SFT model), a wrong-label answer sampled from that model, kept only when the NLI verifier
+  disagrees with its label (SPEC §1); else a wrong label with a rationale over the same evidence. The manifest
+  counts each source of rejected answers (``dpo_rejected_from``).
 Outputs ``sft.jsonl``, ``dpo.jsonl`` (conversational prompt/completion and prompt/chosen/rejected, the formats
 TRL reads) and ``manifest.json``; deterministic for a given seed.
 """
@@ -15,7 +17,7 @@ TRL reads) and ``manifest.json``; deterministic for a given seed.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,12 @@ class TrainingSetConfig:
     distractors: int = field(default=2, metadata={"help": "Passages of other claims added to each prompt."})
     seed: int = 13
     max_examples: int | None = None
+    mine_model: str | None = field(default=None, metadata={
+        "help": "Chat model to sample rejected answers from (the merged SFT model, or a base with --mine_adapter)."})
+    mine_adapter: str | None = None
+    mine_samples: int = field(default=4, metadata={"help": "Answers sampled per example without a partner."})
+    mine_max: int | None = field(default=None, metadata={"help": "Mine for at most this many examples (CPU runs)."})
+    mine_nli_model: str = field(default="embedded", metadata={"help": "Verifier that must disagree with the label."})
 
 
 def _unit(*parts: object) -> int:
@@ -78,24 +86,65 @@ def answer(label: str, passage: str, passage_id: int) -> str:
     return format_answer(label, grounded_rationale(label, passage, passage_id), ids)
 
 
-def build(config: TrainingSetConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+Miner = Callable[[Sequence[ClaimExample], Sequence[list[dict[str, str]]]], list[str | None]]
+
+
+def verifier_checked_miner(engine: Any, verifier: Any, config: TrainingSetConfig) -> Miner:
+    """Sample answers per prompt; keep the first that parses, has a wrong label, and whose label the verifier's
+    own label (y_NLI over the example's evidence) disagrees with — a plausible mistake the verifier can refute."""
+    from veracity.infer.pipelines.r2vc.prompt import parse_r2vc_answer
+    from veracity.infer.pipelines.r2vc.signals import NLI_TO_LABEL, SignalSettings, claim_signals
+    from veracity.models.engine import GenerationRequest
+
+    def mine(examples: Sequence[ClaimExample], prompts: Sequence[list[dict[str, str]]]) -> list[str | None]:
+        requests = [GenerationRequest.chat(p, n=config.mine_samples, temperature=0.9, top_p=0.95,
+                                           max_new_tokens=160, seed=config.seed) for p in prompts]
+        probs = verifier.predict([e.evidence_text for e in examples], [e.claim for e in examples])
+        picked: list[str | None] = []
+        for example, result, row in zip(examples, engine.generate(requests), probs, strict=True):
+            verifier_label = NLI_TO_LABEL[claim_signals(row[None, :], SignalSettings())[3]]
+            chosen = None
+            for candidate in result.candidates:
+                parsed, _ = parse_r2vc_answer(candidate.text)
+                if parsed and parsed.label != example.label and parsed.label != verifier_label:
+                    chosen = candidate.text
+                    break
+            picked.append(chosen)
+        return picked
+
+    return mine
+
+
+def build(config: TrainingSetConfig, miner: Miner | None = None
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     examples = load_examples(config)
     groups: dict[str, list[ClaimExample]] = defaultdict(list)
     for e in examples:
         groups[f"{e.source}:{e.group_id}"].append(e)
     sft, dpo = [], []
     rejected_from: Counter[str] = Counter()
+    layouts = {e.id: layout(e, examples, config) for e in examples}
+    partners = {e.id: [p for p in groups[f"{e.source}:{e.group_id}"] if p.label != e.label] for e in examples}
+    mined: dict[str, str | None] = {}
+    if miner is not None:
+        lonely = [e for e in examples if not partners[e.id]][: config.mine_max]
+        for start in range(0, len(lonely), 16):
+            chunk = lonely[start : start + 16]
+            answers = miner(chunk, [prompt_messages(e.claim, layouts[e.id][0]) for e in chunk])
+            mined.update(zip([e.id for e in chunk], answers, strict=True))
     for example in examples:
-        passages, gold_id = layout(example, examples, config)
+        passages, gold_id = layouts[example.id]
         prompt = prompt_messages(example.claim, passages)
         chosen = answer(example.label, example.evidence_text, gold_id)
         sft.append({"id": example.id, "prompt": prompt, "completion": [{"role": "assistant", "content": chosen}],
                     "label": example.label, "origin": example.origin})
-        partners = [p for p in groups[f"{example.source}:{example.group_id}"] if p.label != example.label]
-        if partners:
-            partner = partners[_unit(config.seed, example.id, "partner") % len(partners)]
+        if partners[example.id]:
+            partner = partners[example.id][_unit(config.seed, example.id, "partner") % len(partners[example.id])]
             rejected = answer(partner.label, partner.evidence_text, gold_id)
             rejected_from["contrastive_partner"] += 1
+        elif mined.get(example.id):
+            rejected = mined[example.id]
+            rejected_from["sft_sample_verifier_disagrees"] += 1
         else:
             wrong = [lab for lab in TERNARY_LABELS if lab != example.label]
             label = wrong[_unit(config.seed, example.id, "wrong") % len(wrong)]
@@ -114,7 +163,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.config import parse_config
 
     (config,) = parse_config((TrainingSetConfig,), argv, prog="veracity prep training-sets")
-    sft, dpo, stats = build(config)
+    miner = None
+    if config.mine_model:
+        from veracity.models.engine import EngineConfig, make_engine
+        from veracity.models.nli import NLIVerifier
+
+        engine = make_engine(EngineConfig(model=config.mine_model, adapter=config.mine_adapter))
+        miner = verifier_checked_miner(engine, NLIVerifier(config.mine_nli_model), config)
+    sft, dpo, stats = build(config, miner)
     out = Path(config.output_dir)
     manifest: dict[str, Any] = {**stats, "config": config.__dict__}
     for name, rows in (("sft", sft), ("dpo", dpo)):
