@@ -21,10 +21,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 SUBCOMMANDS: dict[str, dict[str, str]] = {
     # a bare `veracity prep` (or one followed by options) prepares the datasets
-    "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.train.training_sets"},
+    "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.train.training_sets",
+              "sciclaim-tasks": "veracity.infer.pipelines.sciclaimseekers.tasks",
+              "sciclaim-collection": "veracity.infer.pipelines.sciclaimseekers.convert"},
     "@eval": {"retrieval": "veracity.infer.retrieval.evaluate", "checkpoint": "veracity.infer.checkpoint_eval",
-              "averitec": "veracity.infer.eval.averitec", "r2vc": "veracity.infer.eval.r2vc"},
-    "@infer": {"generate": "veracity.infer.generate", "r2vc": "veracity.infer.pipelines.r2vc.run"},
+              "averitec": "veracity.infer.eval.averitec", "r2vc": "veracity.infer.eval.r2vc",
+              "sciclaim": "veracity.infer.eval.sciclaim"},
+    "@infer": {"generate": "veracity.infer.generate", "r2vc": "veracity.infer.pipelines.r2vc.run",
+               "sciclaim": "veracity.infer.pipelines.sciclaimseekers.run"},
     "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge",
                "nli": "veracity.train.nli", "calibrator": "veracity.train.calibrator"},
 }
