@@ -27,6 +27,7 @@ CONFIG_TYPES = {
     # jobs with make_parser(): the job says which dataclasses it reads
     "train/calibrator": ("veracity.train.calibrator",),
     "pipelines/r2vc": ("veracity.infer.pipelines.r2vc.run",),
+    "pipelines/aic": ("veracity.infer.pipelines.aic.run",),
     "pipelines/sciclaimseekers": ("veracity.infer.pipelines.sciclaimseekers.run",),
 }
 

@@ -28,7 +28,7 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
               "averitec": "veracity.infer.eval.averitec", "r2vc": "veracity.infer.eval.r2vc",
               "sciclaim": "veracity.infer.eval.sciclaim"},
     "@infer": {"generate": "veracity.infer.generate", "r2vc": "veracity.infer.pipelines.r2vc.run",
-               "sciclaim": "veracity.infer.pipelines.sciclaimseekers.run"},
+               "sciclaim": "veracity.infer.pipelines.sciclaimseekers.run", "aic": "veracity.infer.pipelines.aic.run"},
     "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge",
                "nli": "veracity.train.nli", "calibrator": "veracity.train.calibrator"},
 }
