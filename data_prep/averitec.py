@@ -117,6 +117,8 @@ def load_fever8_csv(ctx: LoadContext, out: str, relative: str) -> list[AveritecC
         claim_id = row.str("id").strip()
         if not claim_id.isdigit():
             raise row.error(f"expected an integer claim id, got {claim_id!r}", field="id")
+        if not ctx.first_of_id(out, f"dev-{claim_id}", row):
+            return None
         return AveritecClaim(
             id=f"dev-{claim_id}", claim=claim, label=_label(row, allow_empty=True), source=out,
             split=ctx.split(claim), origin=row.origin, source_split=row.str("split"),

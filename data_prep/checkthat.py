@@ -28,6 +28,8 @@ def load_checkthat(ctx: LoadContext) -> dict[str, list[Record]]:
                 raise row.error("empty post id", field="post_id")
             if not gold:
                 raise row.error("empty gold id", field="cord_uid")
+            if not ctx.first_of_id(out, post_id, row):
+                return None
             return RetrievalQuery(
                 query_id=post_id, text=text, gold_ids=[gold], source=out, split=ctx.split(text),
                 origin=row.origin, source_split=source_split,

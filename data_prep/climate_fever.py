@@ -60,6 +60,8 @@ def load_climate_fever(ctx: LoadContext) -> dict[str, list[Record]]:
             ctx.drop("climate_fever_claims", "empty_claim")
             return None
         claim_id = row.id("claim_id")
+        if not ctx.first_of_id("climate_fever_claims", f"cf-{claim_id}", row):
+            return None
         raw_label = row.str("claim_label")
         evidences = _evidences(ctx, row)
         split = ctx.split(claim)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -32,12 +34,16 @@ class LoadContext:
     # output name -> id space of its records' group_id (default: the output name); outputs in one id space
     # are joined by equal ids when splits are assigned over connected groups (splits.assign_group_splits)
     group_namespaces: dict[str, str] = field(default_factory=dict)
+    # output name -> "raw → canonical" label -> count: the variants that were mapped (shown in the manifest)
+    label_variants: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    # (output, record id) -> (file:line, content) of the first row with that id (see ``first_of_id``)
+    _ids: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
 
-    def path(self, relative: str) -> Path:
-        """A file under the data root; a missing file is an error that says which root was searched."""
+    def path(self, relative: str, directory: bool = False) -> Path:
+        """A file (or ``directory``) under the data root; missing, unreadable, a symlink loop or the wrong kind
+        is a one-line error naming the path and the cause (``readers.check_input``)."""
         path = self.data_root / relative
-        if not path.exists():
-            raise DataError(path, None, f"not found under data root {self.data_root} (set --data_root)")
+        readers.check_input(path, directory=directory, root=self.data_root)
         return path
 
     def origin(self, path: Path, line: int) -> str:
@@ -59,8 +65,27 @@ class LoadContext:
             source = readers.read_delimited(path, delimiter, policy=self.policy, **kwargs)  # type: ignore[arg-type]
         else:
             raise ValueError(f"unknown format {fmt!r}")
+        count = 0
         for line, data in source:
-            yield RawRow(str(path), line, data, self.origin(path, line))
+            count += 1
+            yield RawRow(str(path), line, data, self.origin(path, line), output)
+        if count == 0:  # not an error (a dataset may legitimately lose a file's rows), but never silent
+            logger.warning("%s: empty input file (no records) for %s", path, output)
+            self.events[output]["warning:empty_input_file"] += 1
+
+    def first_of_id(self, output: str, record_id: str, row: RawRow) -> bool:
+        """The one duplicate-id rule of every loader: True for the first row with ``record_id`` in ``output``;
+        a repeat with identical content is dropped and counted (False); a repeat with other content is a
+        DataError naming both lines (skipped and logged with ``--skip_invalid``)."""
+        content = hashlib.sha1(json.dumps(row.data, sort_keys=True, default=str).encode()).digest()
+        first = self._ids.get((output, record_id))
+        if first is None:
+            self._ids[(output, record_id)] = (f"{row.path}:{row.line}", content)
+            return True
+        if first[1] == content:
+            self.drop(output, "duplicate_identical")
+            return False
+        raise row.error(f"duplicate id {record_id!r} with other content than {first[0]}")
 
     def convert(self, rows: Iterable[RawRow], fn: Callable[[RawRow], R | list[R] | None]) -> list[R]:
         """Apply ``fn`` to each row; a DataError goes to the policy (raise, or skip and count)."""
@@ -89,6 +114,7 @@ class LoadContext:
         label = to_ternary(value)
         if label is None:
             raise row.error(f"unknown label {value!r} (expected a variant of {list(TERNARY_LABELS)})", field=name)
+        self._count_variant(row, value, label)
         return label
 
     def nli(self, row: RawRow, name: str) -> str:
@@ -96,7 +122,12 @@ class LoadContext:
         label = to_nli(value)
         if label is None:
             raise row.error(f"unknown NLI label {value!r} (expected one of {list(NLI_LABELS)})", field=name)
+        self._count_variant(row, value, label)
         return label
+
+    def _count_variant(self, row: RawRow, value: object, label: str) -> None:
+        if value != label:
+            self.label_variants[row.output or "-"][f"{value} → {label}"] += 1
 
     def split(self, key: str) -> str:
         """The split of ``key`` (a claim, or an id for records without one) taken on its own.

@@ -126,6 +126,8 @@ def convert_fever_rows(
             ctx.drop(out, "empty_claim")
             return None
         fever_id = row.id("id")
+        if not ctx.first_of_id(out, f"fever-{fever_id}", row):
+            return None
         label = ctx.ternary(row, "label")
         sets = _pointer_sets(row)
         passage_ids: list[str] = []
@@ -192,18 +194,21 @@ def load_symmetric(ctx: LoadContext) -> list[ClaimExample]:
     ctx.group_namespace(out, FEVER_IDS)
     records: list[ClaimExample] = []
     for source_split, relative in SYMMETRIC.items():
-        seen: dict[str, int] = {}
 
-        def convert(row: RawRow, source_split: str = source_split, seen: dict[str, int] = seen) -> ClaimExample | None:
+        def convert(row: RawRow, source_split: str = source_split) -> ClaimExample | None:
             claim = row.str("claim").strip()
             if not claim:
                 ctx.drop(out, "empty_claim")
                 return None
             pair_id = row.id("id")
-            seen[pair_id] = seen.get(pair_id, 0) + 1
+            # "-1": ids kept as they were when repeated pair ids were numbered; a repeat is now dropped (identical)
+            # or an error (other content), as in every loader
+            record_id = f"fs-{source_split}-{pair_id}-1"
+            if not ctx.first_of_id(out, record_id, row):
+                return None
             evidence = row.str("evidence")
             return ClaimExample(
-                id=f"fs-{source_split}-{pair_id}-{seen[pair_id]}",
+                id=record_id,
                 claim=claim,
                 label=ctx.ternary(row, "label"),
                 evidence_text=evidence,
@@ -263,6 +268,8 @@ def load_sufficient_facts(ctx: LoadContext, out: str, relative: str) -> list[Cla
             reduced.append(EvidencePassage(text=item[1], title=item[0]))
         original = original_passages(row.str("text_orig"))
         key = hashlib.sha1(f"{claim}\x00{row.str('text_orig')}".encode()).hexdigest()[:12]
+        if not ctx.first_of_id(out, f"{out}-{key}", row):
+            return None
         split = ctx.split(claim)
         common = dict(claim=claim, source=out, split=split, origin=row.origin, group_id=key)
         meta = {"removal_type": row.opt_str("type"), "agreement": row.opt_str("agreement"), "label_after": after}

@@ -12,7 +12,7 @@ from veracity.data_prep.schema import NLIPair, Record
 
 
 def load_nli(ctx: LoadContext) -> dict[str, list[Record]]:
-    root = ctx.path("nli")
+    root = ctx.path("nli", directory=True)
     outputs: dict[str, list[Record]] = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         out = f"nli_{folder.name}"

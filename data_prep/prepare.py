@@ -4,9 +4,16 @@ Usage: veracity prep [--config configs/prep/default.yaml] [--data_root ../shared
                      [--datasets fever vitaminc ...] [--skip_invalid] [--hub tals/vitaminc:validation]
 
 Outputs (``output_dir``): one ``<name>.jsonl`` per output, ``manifest.json`` (counts per label and split, events
-such as filtered empty claims, content hashes of inputs and outputs), ``skipped.jsonl`` with ``--skip_invalid``,
-and ``run_config.yaml``. Everything is read and validated before anything is written, each file is written to a
-temp file and renamed, and the same inputs give byte-identical outputs.
+such as filtered empty claims or dropped identical duplicates, the label variants that were normalised, content
+hashes of inputs and outputs), ``skipped.jsonl`` with ``--skip_invalid``, and ``run_config.yaml``. Everything is
+read and validated before anything is written — the run record included — each file is written to a temp file and
+renamed, and the same inputs give byte-identical outputs. The manifest is the list of outputs: files an earlier
+run into the same folder listed and this one does not are removed.
+
+Rules every loader follows: a repeated id with identical content is dropped and counted
+(``filtered:duplicate_identical``), with other content it is an error naming both lines; a field over its size
+limit (``limits.py``: 100,000 characters for a claim, 1,000,000 for evidence and other text) is an error naming
+file, line and field. With ``--skip_invalid`` both are skipped, logged and counted instead.
 
 Splits are assigned after every loader has run, over connected groups of all records of the run: records that
 share a normalized claim or a case/group id are in one group, and a group's split hashes its smallest key
@@ -17,6 +24,7 @@ left out may then get another split than in a full run (a claim tied to nothing 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -31,7 +39,9 @@ from veracity.data_prep.climate_fever import load_climate_fever
 from veracity.data_prep.context import LoadContext
 from veracity.data_prep.errors import ErrorPolicy
 from veracity.data_prep.fever import load_fever
+from veracity.data_prep.limits import enforce_limits
 from veracity.data_prep.nli import load_nli
+from veracity.data_prep.prepared import MANIFEST
 from veracity.data_prep.schema import Record
 from veracity.data_prep.splits import SplitSpec, assign_group_splits
 from veracity.data_prep.vitaminc import load_vitaminc
@@ -116,6 +126,7 @@ def summarize(name: str, records: list[Record], ctx: LoadContext, digest: str,
         "labels": dict(sorted(labels.items())),
         "splits": dict(sorted(splits.items())),
         "events": dict(sorted(ctx.events.get(name, Counter()).items())),
+        "label_variants": dict(sorted(ctx.label_variants.get(name, Counter()).items())),
         "inputs": [{"path": ctx.origin(p, 0).rsplit(":", 1)[0], "sha256": _hash_once(p, input_hashes)}
                    for p in inputs if p.is_file()],
     }
@@ -130,6 +141,16 @@ def _hash_once(path: Path, known: dict[Path, str]) -> str:
 def prepare(config: PrepConfig) -> dict[str, object]:
     """Load, validate and write every configured dataset; splits are assigned over connected groups of all
     loaded records (see the module docstring). Returns the manifest."""
+    return write_prepared(config, *load_all(config))
+
+
+def load_all(config: PrepConfig) -> tuple[dict[str, list[Record]], LoadContext, dict[str, object]]:
+    """Read and validate every configured dataset, nothing written: (outputs, context, split groups summary).
+
+    Raises:
+        DataError: the first bad record or unreadable file (without ``skip_invalid``).
+        FileNotFoundError: no data root.
+    """
     data_root = resolve_data_root(config.data_root)
     ctx = LoadContext(data_root=data_root, splits=config.split_spec(), policy=ErrorPolicy(config.skip_invalid))
     outputs: dict[str, list[Record]] = {}
@@ -142,11 +163,18 @@ def prepare(config: PrepConfig) -> dict[str, object]:
         for spec in config.hub:
             wiki = Path(config.fever_wiki_pages) if config.fever_wiki_pages else None
             outputs.update(load_hub(ctx, spec, wiki))
+    enforce_limits(outputs, ctx)
     # Only now, with every record of the run known, can a claim's group (and so its split) be complete.
     groups = assign_group_splits(outputs, ctx.splits, ctx.group_namespaces)
+    return outputs, ctx, groups
 
-    # Everything validated: only now touch the output folder.
+
+def write_prepared(config: PrepConfig, outputs: dict[str, list[Record]], ctx: LoadContext,
+                   groups: dict[str, object]) -> dict[str, object]:
+    """Write the validated outputs, ``skipped.jsonl`` and the manifest; remove outputs of an earlier run into the
+    same folder that this run does not write (the manifest is the list of outputs)."""
     out_dir = Path(config.output_dir)
+    previous = _previous_outputs(out_dir)
     manifest: dict[str, object] = {
         "split": {"seed": config.seed, "train": config.train_fraction, "calib": config.calib_fraction,
                   "dev": config.dev_fraction, "groups": groups},
@@ -163,8 +191,22 @@ def prepare(config: PrepConfig) -> dict[str, object]:
         write_jsonl(skipped_path, (e.as_record() for e in ordered))
     elif skipped_path.exists():
         skipped_path.unlink()
-    write_json(out_dir / "manifest.json", manifest)
+    write_json(out_dir / MANIFEST, manifest)
+    for name in sorted(set(previous) - set(outputs)):  # after the new manifest: a crash leaves them unlisted
+        stale = out_dir / previous[name]
+        if stale.is_file():
+            logger.info("removing %s: an output of an earlier run that this run does not write", stale)
+            stale.unlink()
     return manifest
+
+
+def _previous_outputs(out_dir: Path) -> dict[str, str]:
+    """Output name → file of the manifest already in ``out_dir`` (none, or unreadable: nothing to remove)."""
+    try:
+        listed = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))["outputs"]
+        return {name: Path(info.get("file", f"{name}.jsonl")).name for name, info in listed.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def format_summary(manifest: dict[str, object]) -> str:
@@ -173,7 +215,7 @@ def format_summary(manifest: dict[str, object]) -> str:
     for name, info in manifest["outputs"].items():  # type: ignore[union-attr]
         labels = ", ".join(f"{k}={v}" for k, v in info["labels"].items() if k != "-")
         splits = ", ".join(f"{k}={v}" for k, v in info["splits"].items())
-        events = ", ".join(f"{k}={v}" for k, v in info["events"].items())
+        events = ", ".join(f"{k}={v}" for k, v in [*info["events"].items(), *info["label_variants"].items()])
         lines.append(f"{name:32} {info['records']:>8}  {labels or '-'} | {splits} | {events or '-'}")
     lines.append(f"skipped invalid records: {manifest['skipped_invalid']}")
     return "\n".join(lines)
@@ -185,12 +227,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     from veracity.rundir import write_run_config
 
     (config,) = parse_config((PrepConfig,), argv, prog="veracity prep")
-    write_run_config(config.output_dir, config, job="prep")
     try:
-        manifest = prepare(config)
+        loaded = load_all(config)
     except (DataError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    # validated: the run record and the outputs are written together, so they always describe the same run
+    write_run_config(config.output_dir, config, job="prep")
+    manifest = write_prepared(config, *loaded)
     print(format_summary(manifest))
     print(f"wrote {len(manifest['outputs'])} outputs and manifest.json to {config.output_dir}")  # type: ignore[arg-type]
     return manifest

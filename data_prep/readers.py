@@ -5,6 +5,10 @@ Each reader yields ``(line_number, row)`` where ``row`` is a dict. Undecodable b
 
 A UTF-8 byte order mark at the start of a file is accepted, and lines end at LF, CRLF or a lone CR (old Mac files,
 or mixed endings); lines are numbered that way too, as editors number them.
+
+A file that cannot be read at all — missing, a directory, a symlink loop, no read permission — is a one-line
+:class:`DataError` naming the path and the cause (:func:`check_input`), also with ``--skip_invalid``: that flag
+skips bad records, not a dataset's missing file.
 """
 
 from __future__ import annotations
@@ -12,9 +16,12 @@ from __future__ import annotations
 import bisect
 import codecs
 import csv
+import errno
 import io
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,45 @@ def _json_error(err: json.JSONDecodeError, column: int | None = None) -> str:
     where = f"column {err.colno if column is None else column}"
     joint = " " if err.msg.endswith(" at") else " at "
     return f"malformed JSON ({err.msg}{joint}{where})"
+
+
+def _cause(error: OSError) -> str:
+    if error.errno == errno.ELOOP:
+        return "a symlink loop (too many levels of symbolic links)"
+    if isinstance(error, PermissionError):
+        return "permission denied (not readable by this user)"
+    if isinstance(error, IsADirectoryError):
+        return "is a directory, expected a file"
+    if isinstance(error, FileNotFoundError):
+        return "not found"
+    return error.strerror or str(error)
+
+
+def check_input(path: Path, directory: bool = False, root: Path | None = None) -> None:
+    """Raise a one-line DataError unless ``path`` is a readable file (or ``directory``)."""
+    try:
+        info = os.stat(path)  # follows links: a loop is ELOOP here, not a silent "does not exist"
+    except OSError as error:
+        cause = _cause(error)
+        if isinstance(error, FileNotFoundError) and os.path.lexists(path):
+            cause = "a dangling symlink (its target does not exist)"
+        elif isinstance(error, FileNotFoundError) and root is not None:
+            cause = f"not found under data root {root} (set --data_root)"
+        raise DataError(path, None, cause) from None
+    if directory and not stat.S_ISDIR(info.st_mode):
+        raise DataError(path, None, "is a file, expected a directory")
+    if not directory and stat.S_ISDIR(info.st_mode):
+        raise DataError(path, None, "is a directory, expected a file")
+    if not os.access(path, os.R_OK | (os.X_OK if directory else 0)):
+        raise DataError(path, None, "permission denied (not readable by this user)")
+
+
+def open_input(path: Path):  # noqa: ANN201 - a binary file object
+    """``open(path, "rb")`` with the cause of a failure as a one-line DataError."""
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except OSError as error:
+        raise DataError(path, None, _cause(error)) from None
 
 
 def _split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
@@ -53,7 +99,7 @@ def _decode_line(path: Path, number: int, raw: bytes) -> str:
 def read_jsonl(path: str | Path, policy: ErrorPolicy | None = None) -> Iterator[tuple[int, Row]]:
     """Yield ``(line, object)`` for each non-blank line of a JSONL file."""
     path, policy = Path(path), policy or ErrorPolicy()
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         for number, raw in enumerate(_split_lines(handle), start=1):
             try:
                 text = _decode_line(path, number, raw.removeprefix(codecs.BOM_UTF8) if number == 1 else raw)
@@ -113,7 +159,8 @@ def read_json_array(path: str | Path, policy: ErrorPolicy | None = None) -> Iter
 def _read_utf8(path: Path) -> str:
     """A whole file as text, without a leading byte order mark; undecodable bytes are an error naming the line
     they are on."""
-    data = path.read_bytes()
+    with open_input(path) as handle:
+        data = handle.read()
     bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[bom:].decode("utf-8")

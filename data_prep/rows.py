@@ -16,6 +16,7 @@ class RawRow:
     line: int
     data: dict[str, Any]
     origin: str
+    output: str = ""  # the output it was read for (where counters such as normalized labels go)
 
     def error(self, message: str, field: str | None = None) -> DataError:
         return DataError(self.path, self.line, message, field=field)

@@ -32,10 +32,9 @@ def convert_vitaminc_rows(ctx: LoadContext, rows: Iterable[tuple[str, RawRow]], 
     """Rows with ``claim, evidence, label`` and ``id`` or ``unique_id`` (``<case_id>_<n>``; the hub uses both).
 
     Rows of one contrastive case (same ``case_id``, kept as ``group_id``) share a split once ``prepare`` has
-    assigned splits over connected groups; a repeated id is dropped and counted.
+    assigned splits over connected groups; a repeated id follows the one rule (``LoadContext.first_of_id``).
     """
     ctx.group_namespace(out, "vitaminc")  # local samples and the hub share tals/vitaminc case ids
-    seen: set[str] = set()
 
     def convert(item: tuple[str, RawRow]) -> ClaimExample | None:
         source_split, row = item
@@ -44,10 +43,8 @@ def convert_vitaminc_rows(ctx: LoadContext, rows: Iterable[tuple[str, RawRow]], 
             ctx.drop(out, "empty_claim")
             return None
         unique_id = row.id("unique_id" if row.has("unique_id") else "id")
-        if unique_id in seen:
-            ctx.drop(out, "duplicate_id")
+        if not ctx.first_of_id(out, f"vitc-{unique_id}", row):
             return None
-        seen.add(unique_id)
         case_id = row.opt_str("case_id") or unique_id.rsplit("_", 1)[0]
         evidence = row.str("evidence")
         return ClaimExample(

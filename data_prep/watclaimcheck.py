@@ -26,6 +26,8 @@ def load_watclaimcheck(ctx: LoadContext) -> dict[str, list[Record]]:
             ctx.drop(out, "empty_article")
             return None
         wat_id = row.id("wat_id")
+        if not ctx.first_of_id(out, f"wat-{wat_id}", row):
+            return None
         return ReferenceArticle(
             id=f"wat-{wat_id}", label=label, paragraphs=paragraphs, source=out,
             split=ctx.split(f"wat:{wat_id}"), origin=row.origin, source_split=row.opt_str("flawcheck_split"),

@@ -52,7 +52,8 @@ def build_data_root(root: Path) -> Path:
     for split, claim in (("dev", "Daggering is death metal ."), ("test", "Colombiana is a French film .")):
         _jsonl(root / f"fever_symmetric/fever_symmetric_{split}.shared.jsonl", [
             {"id": "54", "claim": claim, "evidence": "Evidence one .", "label": "REFUTES", "gold_label": "REFUTES"},
-            {"id": "54", "claim": claim, "evidence": "Evidence two .", "label": "SUPPORTS", "gold_label": "SUPPORTS"},
+            {"id": "540000001", "claim": claim, "evidence": "Evidence two .", "label": "SUPPORTS",
+             "gold_label": "SUPPORTS"},  # a contrast of case 54: the case id followed by 000000 and the pair
         ])
     _jsonl(root / "fever/sufficient_facts_fever.shared.jsonl", [
         _sufficient("Hezbollah got training from Iran.", "SUPPORTS", "NOT ENOUGH", "Hezbollah gets training",
@@ -114,10 +115,10 @@ def build_data_root(root: Path) -> Path:
                'Who?\t\t\nNobody.\t\t\n\n",Refuted,gold\n1,Billie Eilish.,,Supported,gold\n'
     for name in ("solution_dev.csv", "baseline_hero_submission_dev.csv", "heruberuto_mmr_qwen3_submission_dev.csv"):
         _text(root / f"averitec/fever8_leaderboard_format/{name}", csv_text)
-    for split in ("train", "dev"):
+    for split, (first, second) in (("train", (16, 69)), ("dev", (17, 70))):  # post ids are unique across splits
         _text(root / f"checkthat_2025_task4b/subtask4b_query_tweets_{split}.tsv",
-              f"post_id\ttweet_text\tcord_uid\n16\tcovid {split} study: masks work\tuid{split}1\n"
-              f'69\t"""quoted"" tweet, with comma"\tuid{split}2\n')
+              f"post_id\ttweet_text\tcord_uid\n{first}\tcovid {split} study: masks work\tuid{split}1\n"
+              f'{second}\t"""quoted"" tweet, with comma"\tuid{split}2\n')
     _jsonl(root / "watclaimcheck_flawcheck/review_articles_train_sample500.shared.jsonl", [
         {"wat_id": 19, "flawcheck_split": "train", "label": "correct", "review_article": ["Para one.", "Para two."]},
         {"wat_id": 20, "flawcheck_split": "train", "label": "partly false", "review_article": ["Only one."]},

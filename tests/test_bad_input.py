@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from veracity.data_prep.errors import DataError
-from veracity.data_prep.prepare import PrepConfig, prepare
+from veracity.data_prep.prepare import main
 from veracity.data_prep.readers import read_delimited, read_json_array, read_jsonl
 from veracity.io import read_jsonl as read_output
 
@@ -21,8 +23,25 @@ def _append_line(path: Path, raw: bytes) -> int:
     return data.count(b"\n") + 1
 
 
+def _args(root: Path, out: Path, datasets: list[str], skip: bool = False) -> list[str]:
+    return ["--data_root", str(root), "--output_dir", str(out), "--datasets", *datasets] + (
+        ["--skip_invalid", "true"] if skip else [])
+
+
 def _prep(root: Path, out: Path, datasets: list[str], skip: bool = False) -> dict:
-    return prepare(PrepConfig(data_root=str(root), output_dir=str(out), datasets=datasets, skip_invalid=skip))
+    """``veracity prep`` as a user runs it (its main), returning the manifest."""
+    return main(_args(root, out, datasets, skip))
+
+
+def _prep_fails(root: Path, out: Path, datasets: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run the command, expect exit code 2 and one error line on stderr; return that line without ``error: ``."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        _prep(root, out, datasets)
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    return err.removeprefix("error: ")
 
 
 BAD_ROWS = {
@@ -39,18 +58,14 @@ BAD_ROWS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_ROWS))
-def test_bad_row_names_file_line_and_field(mutable_data_root: Path, tmp_path: Path, case: str) -> None:
+def test_bad_row_names_file_line_and_field(mutable_data_root: Path, tmp_path: Path, case: str, capsys) -> None:
     raw, field, message = BAD_ROWS[case]
     path = mutable_data_root / PAPER_DEV
     line = _append_line(path, raw)
-    with pytest.raises(DataError) as info:
-        _prep(mutable_data_root, tmp_path / "out", ["fever"])
-    error = info.value
-    assert error.path == str(path) and error.line == line
-    assert error.field == field
-    assert message in str(error)
-    assert str(error).startswith(f"{path}:{line}: ")
-    assert not (tmp_path / "out").exists(), "nothing may be written when validation fails"
+    error = _prep_fails(mutable_data_root, tmp_path / "out", ["fever"], capsys)
+    assert error.startswith(f"{path}:{line}: " + (f"field '{field}': " if field else "")), error
+    assert message in error
+    assert not (tmp_path / "out").exists(), "nothing may be written when validation fails, not even run_config.yaml"
 
 
 def test_skip_invalid_counts_logs_and_keeps_the_rest(mutable_data_root: Path, tmp_path: Path) -> None:
@@ -64,36 +79,36 @@ def test_skip_invalid_counts_logs_and_keeps_the_rest(mutable_data_root: Path, tm
     assert manifest["outputs"]["fever_paper_dev"]["records"] == 3  # the 3 good non-empty claims survive
 
 
-def test_failed_run_keeps_previous_outputs(mutable_data_root: Path, tmp_path: Path) -> None:
+def test_failed_run_keeps_previous_outputs_and_run_record(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
     _prep(mutable_data_root, out, ["fever"])
     before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert "run_config.yaml" in before
     _append_line(mutable_data_root / PAPER_DEV, b"{not json")
-    with pytest.raises(DataError):
-        _prep(mutable_data_root, out, ["fever"])
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    _prep_fails(mutable_data_root, out, ["fever", "vitaminc"], capsys)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "the record still describes the good run"
 
 
-def test_unknown_label_in_nested_field(mutable_data_root: Path, tmp_path: Path) -> None:
+def test_unknown_label_in_nested_field(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
     path = mutable_data_root / "climate_fever/climate-fever.shared.jsonl"
     row = {"claim_id": "9", "claim": "c", "claim_label": "SUPPORTS", "evidences": [
         {"evidence_id": "A:1", "evidence_label": "PERHAPS", "article": "A", "evidence": "t"}]}
     line = _append_line(path, json.dumps(row).encode())
-    with pytest.raises(DataError, match=rf":{line}: field 'evidences\[0\]\.evidence_label': unknown label 'PERHAPS'"):
-        _prep(mutable_data_root, tmp_path / "out", ["climate_fever"])
+    error = _prep_fails(mutable_data_root, tmp_path / "out", ["climate_fever"], capsys)
+    assert re.search(rf":{line}: field 'evidences\[0\]\.evidence_label': unknown label 'PERHAPS'", error)
 
 
 @pytest.mark.parametrize(("votes", "message"), [
     (["SUPPORTS", "MAYBE"], r"field 'evidences\[0\]\.votes': unknown label 'MAYBE'"),
     ("SUPPORTS", r"field 'evidences\[0\]\.votes': evidence 0: 'votes' is not a list of labels"),
 ])
-def test_bad_annotator_votes(mutable_data_root: Path, tmp_path: Path, votes: object, message: str) -> None:
+def test_bad_annotator_votes(mutable_data_root: Path, tmp_path: Path, votes: object, message: str, capsys) -> None:
     path = mutable_data_root / "climate_fever/climate-fever.shared.jsonl"
     row = {"claim_id": "9", "claim": "c", "claim_label": "SUPPORTS", "evidences": [
         {"evidence_id": "A:1", "evidence_label": "SUPPORTS", "article": "A", "evidence": "t", "votes": votes}]}
     line = _append_line(path, json.dumps(row).encode())
-    with pytest.raises(DataError, match=rf":{line}: {message}"):
-        _prep(mutable_data_root, tmp_path / "out", ["climate_fever"])
+    assert re.search(rf":{line}: {message}", _prep_fails(mutable_data_root, tmp_path / "out", ["climate_fever"],
+                                                          capsys))
 
 
 def test_json_array_reports_the_line_of_the_bad_record(tmp_path: Path) -> None:
@@ -106,16 +121,15 @@ def test_json_array_reports_the_line_of_the_bad_record(tmp_path: Path) -> None:
         next(rows)
 
 
-def test_json_array_averitec_wrong_type(mutable_data_root: Path, tmp_path: Path) -> None:
+def test_json_array_averitec_wrong_type(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
     path = mutable_data_root / "averitec/dev.json"
     records = json.loads(path.read_text())
     records[2]["label"] = ["Refuted"]
     path.write_text(json.dumps(records, indent=4))
     lines = path.read_text().splitlines()
     start = [i for i, text in enumerate(lines, 1) if text == "    {"][2]
-    with pytest.raises(DataError) as info:
-        _prep(mutable_data_root, tmp_path / "out", ["averitec"])
-    assert info.value.line == start and info.value.field == "label"
+    error = _prep_fails(mutable_data_root, tmp_path / "out", ["averitec"], capsys)
+    assert error.startswith(f"{path}:{start}: field 'label': ")
 
 
 def test_csv_multiline_records_keep_their_starting_line(tmp_path: Path) -> None:
@@ -142,15 +156,14 @@ def test_non_object_jsonl_line(tmp_path: Path) -> None:
         list(read_jsonl(path))
 
 
-def test_missing_input_file_names_the_data_root(mutable_data_root: Path, tmp_path: Path) -> None:
-    (mutable_data_root / "checkthat_2025_task4b/subtask4b_query_tweets_dev.tsv").unlink()
-    with pytest.raises(DataError, match="subtask4b_query_tweets_dev.tsv: not found under data root"):
-        _prep(mutable_data_root, tmp_path / "out", ["checkthat"])
+def test_missing_input_file_names_the_data_root(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
+    path = mutable_data_root / "checkthat_2025_task4b/subtask4b_query_tweets_dev.tsv"
+    path.unlink()
+    assert _prep_fails(mutable_data_root, tmp_path / "out", ["checkthat"], capsys) == \
+        f"{path}: not found under data root {mutable_data_root} (set --data_root)"
 
 
 def test_cli_error_exit_code_and_message(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
-    from veracity.data_prep.prepare import main
-
     line = _append_line(mutable_data_root / PAPER_DEV, b"{oops")
     with pytest.raises(SystemExit) as info:
         main(["--data_root", str(mutable_data_root), "--output_dir", str(tmp_path / "o"), "--datasets", "fever"])
@@ -181,8 +194,6 @@ def _outputs(out: Path) -> dict[str, bytes]:
                                              ("cr", True)])
 def test_bom_and_line_endings_load_exactly_like_plain_lf(data_root: Path, mutable_data_root: Path, tmp_path: Path,
                                                          ending: str, bom: bool) -> None:
-    from veracity.data_prep.prepare import main
-
     main(["--data_root", str(data_root), "--output_dir", str(tmp_path / "plain")])
     _rewrite(mutable_data_root, ENDINGS[ending], bom)
     main(["--data_root", str(mutable_data_root), "--output_dir", str(tmp_path / "other")])
@@ -191,8 +202,6 @@ def test_bom_and_line_endings_load_exactly_like_plain_lf(data_root: Path, mutabl
 
 
 def test_json_error_reads_at_column_once(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
-    from veracity.data_prep.prepare import main
-
     line = _append_line(mutable_data_root / PAPER_DEV, b'{"id": 9, "claim": "never closed')
     with pytest.raises(SystemExit) as info:
         main(["--data_root", str(mutable_data_root), "--output_dir", str(tmp_path / "o"), "--datasets", "fever"])
@@ -203,8 +212,6 @@ def test_json_error_reads_at_column_once(mutable_data_root: Path, tmp_path: Path
 
 
 def test_cr_only_file_reports_the_line_an_editor_shows(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
-    from veracity.data_prep.prepare import main
-
     path = mutable_data_root / PAPER_DEV
     line = _append_line(path, b"{oops")
     path.write_bytes(BOM + path.read_bytes().replace(b"\n", b"\r"))
@@ -227,3 +234,168 @@ def test_whole_file_readers_number_lines_across_endings(tmp_path: Path, ending: 
     bad.write_bytes(BOM + ending.join([b"post_id\ttweet_text", b"1\tfine", b"2\tcaf\xe9", b""]))
     with pytest.raises(DataError, match=r"b.tsv:3: not valid UTF-8"):
         list(read_delimited(bad, "\t", required=("post_id", "tweet_text")))
+
+
+# --- files that cannot be read, empty files -----------------------------------------------------------------
+
+
+def test_unreadable_file_is_one_line_exit_2(mutable_data_root: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    from veracity.data_prep import readers
+
+    path = mutable_data_root / PAPER_DEV
+    real_open = open
+
+    def no_permission(file, *args, **kwargs):  # tests run as root, who can read a chmod 000 file anyway
+        if Path(file) == path:
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(readers, "open", no_permission, raising=False)
+    assert _prep_fails(mutable_data_root, tmp_path / "out", ["fever"], capsys) == \
+        f"{path}: permission denied (not readable by this user)"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file anyway (the monkeypatched test covers it)")
+def test_chmod_000_file_is_one_line_exit_2(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
+    path = mutable_data_root / PAPER_DEV
+    path.chmod(0)
+    assert _prep_fails(mutable_data_root, tmp_path / "out", ["fever"], capsys) == \
+        f"{path}: permission denied (not readable by this user)"
+
+
+def test_symlink_loop_and_directory_are_named_not_not_found(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
+    path = mutable_data_root / PAPER_DEV
+    path.unlink()
+    path.symlink_to(path)  # a loop at the fixed path: once reported as "not found"
+    assert _prep_fails(mutable_data_root, tmp_path / "out", ["fever"], capsys) == \
+        f"{path}: a symlink loop (too many levels of symbolic links)"
+    path.unlink()
+    path.mkdir()
+    assert _prep_fails(mutable_data_root, tmp_path / "out", ["fever"], capsys) == \
+        f"{path}: is a directory, expected a file"
+    nli = mutable_data_root / "nli"
+    os.rename(nli, tmp_path / "nli_moved")
+    nli.write_text("")  # a file where the nli folder is expected
+    assert _prep_fails(mutable_data_root, tmp_path / "out", ["nli"], capsys) == \
+        f"{nli}: is a file, expected a directory"
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_input_file_is_a_warning_with_the_path(mutable_data_root: Path, tmp_path: Path, caplog) -> None:
+    path = mutable_data_root / "watclaimcheck_flawcheck/review_articles_train_sample500.shared.jsonl"
+    path.write_bytes(b"")
+    with caplog.at_level("WARNING"):
+        manifest = _prep(mutable_data_root, tmp_path / "out", ["watclaimcheck"])
+    assert f"{path}: empty input file" in caplog.text
+    info = manifest["outputs"]["watclaimcheck_articles"]
+    assert info["records"] == 0 and info["events"] == {"warning:empty_input_file": 1}
+
+
+def test_an_empty_csv_or_json_array_file_is_an_error(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
+    path = mutable_data_root / "checkthat_2025_task4b/subtask4b_query_tweets_dev.tsv"
+    path.write_bytes(b"")
+    assert _prep_fails(mutable_data_root, tmp_path / "out", ["checkthat"], capsys) == \
+        f"{path}:1: empty file (expected a header line)"
+
+
+# --- size limits, duplicate ids, label variants ----------------------------------------------------------------
+
+
+def test_oversized_claim_is_rejected_with_file_line_and_field(mutable_data_root: Path, tmp_path: Path,
+                                                              capsys) -> None:
+    from veracity.data_prep.limits import CLAIM_LIMIT
+
+    path = mutable_data_root / PAPER_DEV
+    row = {"id": 9, "label": "NOT ENOUGH INFO", "claim": "x" * (CLAIM_LIMIT + 1), "evidence": []}
+    line = _append_line(path, json.dumps(row).encode())
+    assert _prep_fails(mutable_data_root, tmp_path / "out", ["fever"], capsys) == (
+        f"{path}:{line}: field 'claim': 100,001 characters, over the 100,000-character limit of this field "
+        "(see data_prep/limits.py)")
+    assert not (tmp_path / "out").exists()
+    manifest = _prep(mutable_data_root, tmp_path / "out", ["fever"], skip=True)
+    info = manifest["outputs"]["fever_paper_dev"]
+    assert info["records"] == 3 and info["events"]["skipped:oversized_claim"] == 1
+    assert manifest["skipped_invalid"] == 1
+    row["claim"] = "x" * CLAIM_LIMIT  # at the limit: kept
+    path.write_text(path.read_text().splitlines(keepends=True)[0] + json.dumps(row) + "\n")
+    assert _prep(mutable_data_root, tmp_path / "o2", ["fever"])["outputs"]["fever_paper_dev"]["records"] == 2
+
+
+def test_oversized_evidence_text_is_rejected(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
+    from veracity.data_prep.limits import TEXT_LIMIT
+
+    path = mutable_data_root / "fever_symmetric/fever_symmetric_dev.shared.jsonl"
+    row = {"id": "77", "claim": "A short claim .", "evidence": "e" * (TEXT_LIMIT + 1), "label": "SUPPORTS"}
+    line = _append_line(path, json.dumps(row).encode())
+    error = _prep_fails(mutable_data_root, tmp_path / "out", ["fever"], capsys)
+    assert error.startswith(f"{path}:{line}: field 'evidence_text': 1,000,001 characters, over the 1,000,000")
+
+
+@pytest.mark.parametrize(("dataset", "relative", "field", "other"), [
+    ("fever", PAPER_DEV, "claim", "Another claim."),
+    ("fever", "fever_symmetric/fever_symmetric_dev.shared.jsonl", "evidence", "Other evidence ."),
+    ("fever", "fever/sufficient_facts_fever.shared.jsonl", "label_before", "REFUTES"),  # id: hash of claim + text
+    ("vitaminc", "vitaminc/lifelong_icl_sample/test.shared.jsonl", "evidence", "Other evidence ."),
+    ("climate_fever", "climate_fever/climate-fever.shared.jsonl", "claim_label", "REFUTES"),
+    ("watclaimcheck", "watclaimcheck_flawcheck/review_articles_train_sample500.shared.jsonl", "review_article",
+     ["Other text."]),
+])
+def test_one_duplicate_rule_for_every_loader(mutable_data_root: Path, tmp_path: Path, capsys, dataset: str,
+                                             relative: str, field: str, other: object) -> None:
+    path = mutable_data_root / relative
+    original = path.read_text()
+    row = json.loads(original.splitlines()[0])
+    clean = _prep(mutable_data_root, tmp_path / "clean", [dataset])
+    # identical duplicate: dropped and counted, the outputs otherwise unchanged
+    _append_line(path, json.dumps(row).encode())
+    manifest = _prep(mutable_data_root, tmp_path / "identical", [dataset])
+    counts = {n: i["records"] for n, i in manifest["outputs"].items()}
+    assert counts == {n: i["records"] for n, i in clean["outputs"].items()}
+    assert sum(i["events"].get("filtered:duplicate_identical", 0) for i in manifest["outputs"].values()) == 1
+    # the same id with other content: an error naming both lines
+    path.write_text(original)
+    changed = {**row, field: other}
+    line = _append_line(path, json.dumps(changed).encode())
+    error = _prep_fails(mutable_data_root, tmp_path / "conflict", [dataset], capsys)
+    assert error.startswith(f"{path}:{line}: duplicate id ") and error.endswith(
+        f"with other content than {path}:1"), error
+    # --skip_invalid: the second row is skipped and logged, the first kept
+    manifest = _prep(mutable_data_root, tmp_path / "skipped", [dataset], skip=True)
+    assert manifest["skipped_invalid"] == 1
+    assert {n: i["records"] for n, i in manifest["outputs"].items()} == \
+        {n: i["records"] for n, i in clean["outputs"].items()}
+    assert [s["line"] for s in read_output(tmp_path / "skipped" / "skipped.jsonl")] == [line]
+
+
+def test_normalized_label_variants_are_counted_in_the_manifest(data_root: Path, tmp_path: Path) -> None:
+    manifest = _prep(data_root, tmp_path / "out", ["vitaminc", "climate_fever"])
+    assert manifest["outputs"]["vitaminc"]["label_variants"] == {
+        "not enough info → NOT ENOUGH INFO": 1, "refutes → REFUTES": 1, "supports → SUPPORTS": 5}
+    assert manifest["outputs"]["climate_fever_claims"]["label_variants"] == {"NOT_ENOUGH_INFO → NOT ENOUGH INFO": 2}
+    assert manifest["outputs"]["climate_fever_evidence"]["label_variants"] == {}  # counted where the row was read
+
+
+# --- the manifest is the list of outputs -----------------------------------------------------------------------
+
+
+def test_rerun_with_other_datasets_leaves_no_stale_output(data_root: Path, tmp_path: Path) -> None:
+    from veracity.data_prep.prepared import PreparedDataError, prepared_names, read_prepared
+    from veracity.train.nli import NLIDataArgs, training_pairs
+
+    out = tmp_path / "out"
+    _prep(data_root, out, ["fever", "nli"])
+    stale = (out / "nli_sick.jsonl").read_bytes()
+    (out / "notes.jsonl").write_text("{}\n")  # not ours: left alone
+    manifest = _prep(data_root, out, ["fever"])
+    on_disk = {p.stem for p in out.glob("*.jsonl")}
+    assert on_disk == set(manifest["outputs"]) | {"notes"}, "outputs of the earlier run that this one lacks go"
+    assert prepared_names(out, "nli_") == []
+    (out / "nli_sick.jsonl").write_bytes(stale)  # a stray file (copied back by hand) is never read
+    with pytest.raises(PreparedDataError, match="no output 'nli_sick'"):
+        read_prepared(out, "nli_sick")
+    pairs, _ = training_pairs(NLIDataArgs(prepared_dir=str(out), claim_sources=[]))
+    assert pairs == []
+    _prep(data_root, out, ["fever", "nli"])  # and back: the nli outputs are listed and read again
+    pairs, counts = training_pairs(NLIDataArgs(prepared_dir=str(out), claim_sources=[]))
+    assert len(pairs) == 2 and {b.split("/")[0] for b in counts["by_bucket"]} == {"nli_fever_dev_rte", "nli_sick"}

@@ -20,7 +20,7 @@ GOLDEN: dict[str, tuple[int, str]] = {
     "averitec_task3_dev": (2, "b7fac39ae4b0bf67339fec8a673f6f7dd61a83679e6b525db9a1a37eeb40d6a6"),
     "averitec_task3_train": (2, "dc256b143a1fe8889f4ca2ca74668887cc84bab38aba49d0d348d655c12ad45b"),
     "averitec_train": (2, "483ed241510fb99f07cccfd0b20bf286484a3bf1acd50da67993c51b875399bc"),
-    "checkthat4b_queries": (4, "84fa30c24312dc68cc63f1b9d573b9183653e5abd9e656b7217c3e67f9ed0e41"),
+    "checkthat4b_queries": (4, "b2d0f4835d95649073ab75ea830aa21a534a5b94cdbfde896dadd0b2d136c0c7"),
     "climate_fever_claims": (1, "8d9a845af80feff3a1bb9e9735017b0a06a162b50aa8a718e7b2862c071b85ed"),
     "climate_fever_corpus": (2, "44d2f68b0efafd29ed6af81a0eee2aada75a6368d5e08264c3c6b02f31a6e646"),
     "climate_fever_evidence": (3, "7e9f16113dac7e30aacb3e7e0d6490f867fdf191b8dad6a14a1d95db0a10bfa8"),
@@ -28,7 +28,7 @@ GOLDEN: dict[str, tuple[int, str]] = {
     "fever_evidence_corpus": (4, "83ed039f1e622deb1c1ad0990945a21d37af29abecc4fd71ea11157da8216db8"),
     "fever_evidence_queries": (4, "97925933fc6494ba591f3215b4eb8a874c8c58ab3e374a82e4648790d9f2e7ea"),
     "fever_paper_dev": (3, "fc16d2945f92afd913a0b82177b4a785cdee655deac694e0fc199ffb9c96feb3"),
-    "fever_symmetric": (4, "a56708a879d1a137a9cf993ef883e8f79400ee49335883a9df53471aafe2b016"),
+    "fever_symmetric": (4, "9549b887958743e66a11b208e691ac85bd035e80a7c48733f7d820a7057c1cbc"),
     "fever_wiki_paragraphs": (1, "137448e5172b89d4fe7f04415899031eb406ff29ae513ddf8b5fc4a75743110c"),
     "nli_fever_dev_rte": (2, "39defd0a6da04cffa45c535d88d75b0af1453fabedffb045f9402fece4ef69cb"),
     "nli_sick": (2, "7745faa62a88e65014cc90330ee2502349faedc63dd63ef1f6033c4304b6bdb4"),
@@ -108,7 +108,8 @@ def test_fever_evidence_resolves_against_wiki_pages(data_root: Path, tmp_path: P
 def test_fever_symmetric_cases_share_a_split(prepared: tuple[Path, dict]) -> None:
     out, _ = prepared
     rows = records(out, "fever_symmetric")
-    assert [r["id"] for r in rows] == ["fs-dev-54-1", "fs-dev-54-2", "fs-test-54-1", "fs-test-54-2"]
+    assert [r["id"] for r in rows] == ["fs-dev-54-1", "fs-dev-540000001-1", "fs-test-54-1",
+                                      "fs-test-540000001-1"]
     assert len({r["split"] for r in rows}) == 1
 
 
@@ -201,7 +202,7 @@ def test_checkthat_queries(prepared: tuple[Path, dict]) -> None:
     rows = records(out, "checkthat4b_queries")
     assert [(r["query_id"], r["gold_ids"], r["source_split"]) for r in rows] == [
         ("16", ["uidtrain1"], "train"), ("69", ["uidtrain2"], "train"),
-        ("16", ["uiddev1"], "dev"), ("69", ["uiddev2"], "dev")]
+        ("17", ["uiddev1"], "dev"), ("70", ["uiddev2"], "dev")]
     assert rows[1]["text"] == '"quoted" tweet, with comma'
 
 

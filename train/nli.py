@@ -33,7 +33,6 @@ import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, TERNARY_TO_NLI, ClaimExample
 from veracity.data_prep.splits import hash_int
-from veracity.io import read_jsonl
 
 logger = logging.getLogger(__name__)
 ID2LABEL = dict(enumerate(NLI_LABELS))  # 0 entailment, 1 neutral, 2 contradiction
@@ -84,16 +83,18 @@ def parse_caps(caps: Sequence[str], default: int) -> Any:
 
 def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Capped, shuffled (premise, hypothesis, label) pairs of the train split, and their counts."""
+    from veracity.data_prep.prepared import prepared_names, read_prepared
+
     prepared = Path(args.prepared_dir)
-    names = sorted(p.stem for p in prepared.glob("nli_*.jsonl")) if args.nli_sources == ["all"] else args.nli_sources
+    # the manifest lists the outputs: a stale nli_*.jsonl of an earlier prep run in the folder is never read
+    names = prepared_names(prepared, "nli_") if args.nli_sources == ["all"] else args.nli_sources
     buckets: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for name in names:
-        for r in read_jsonl(prepared / f"{name}.jsonl"):
-            if r["split"] == "train":
-                buckets[(name, r["label"])].append({"premise": r["premise"], "hypothesis": r["hypothesis"],
-                                                    "label": r["label"], "id": r["id"]})
+        for r in read_prepared(prepared, name, ["train"]):
+            buckets[(name, r.label)].append({"premise": r.premise, "hypothesis": r.hypothesis, "label": r.label,
+                                             "id": r.id})
     for name in args.claim_sources:
-        for pair in claim_pairs(prepared / f"{name}.jsonl", "train", args.evidence_titles):
+        for pair in claim_pairs(prepared, name, "train", args.evidence_titles):
             buckets[(name, pair["label"])].append(pair)
     pairs = []
     counts: dict[str, int] = {}
@@ -110,16 +111,19 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
 def eval_pairs(args: NLIDataArgs, split: str = "dev") -> dict[str, list[dict[str, Any]]]:
     out = {}
     for name in args.eval_sources:
-        rows = claim_pairs(Path(args.prepared_dir) / f"{name}.jsonl", split, args.evidence_titles)
+        rows = claim_pairs(Path(args.prepared_dir), name, split, args.evidence_titles)
         rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
         out[name] = rows[: args.max_eval_per_source]
     return out
 
 
-def claim_pairs(path: Path, split: str, titles: bool) -> list[dict[str, Any]]:
-    """(premise, hypothesis, label, id) pairs of one split of a prepared claim source, examples without evidence
-    skipped. The premise is ``ClaimExample.premise`` (with article titles when ``titles``)."""
-    examples = (ClaimExample.from_dict(r) for r in read_jsonl(path))
+def claim_pairs(prepared_dir: Path, name: str, split: str, titles: bool) -> list[dict[str, Any]]:
+    """(premise, hypothesis, label, id) pairs of one split of a prepared claim source (read through the manifest),
+    examples without evidence skipped. The premise is ``ClaimExample.premise`` (with article titles when
+    ``titles``)."""
+    from veracity.data_prep.prepared import read_prepared
+
+    examples: list[ClaimExample] = read_prepared(prepared_dir, name, [split])  # type: ignore[assignment]
     return [{"premise": e.premise(titles), "hypothesis": e.claim, "label": TERNARY_TO_NLI[e.label], "id": e.id}
             for e in examples if e.split == split and e.evidence_text.strip()]
 
