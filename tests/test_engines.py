@@ -45,11 +45,33 @@ def test_n_candidates_logprobs_and_finish_reason(engine: TransformersEngine) -> 
     assert greedy.candidates[0].finish_reason == "length"
 
 
-def test_batch_rows_end_at_their_own_eos(engine: TransformersEngine) -> None:
+def test_batch_rows_end_at_their_own_eos(tiny_lm_dir: Path) -> None:
+    """A row that meets its EOS early ends there (EOS scored, "stop"), while the row beside it goes on exactly as
+    it would alone: the finished row's padding is not read as the other's end, nor the other's tokens as its own."""
+    import torch
+
+    engine = TransformersEngine(str(tiny_lm_dir), batch_size=4)  # changed below: not the shared one
+    with torch.no_grad():  # weights x5: the random model's greedy output then depends on its prompt
+        for name, weight in engine.model.named_parameters():
+            if "norm" not in name:
+                weight.mul_(5)
     requests = [GenerationRequest.chat([{"role": "user", "content": p}], max_new_tokens=8) for p in ("a", "bb")]
-    for result in engine.generate(requests):
-        c = result.candidates[0]
-        assert c.num_tokens <= 8 and len(c.token_logprobs) == c.num_tokens
+    free = engine.model.generate(torch.tensor([engine.encode(requests[0])]), max_new_tokens=8, do_sample=False,
+                                 pad_token_id=engine.tokenizer.pad_token_id)[0, len(engine.encode(requests[0])):]
+    tokens = free.tolist()
+    # the first token that row "a" produces for the first time at step 2 or later becomes the EOS
+    step = next(k for k in range(2, len(tokens)) if tokens[k] not in tokens[:k] and tokens[k] not in engine.eos_ids)
+    eos = tokens[step]
+    engine.model.generation_config.eos_token_id = eos
+    engine.eos_ids = {eos}
+    alone = [engine.generate([r])[0].candidates[0] for r in requests]
+    batched = [r.candidates[0] for r in engine.generate(requests)]
+    assert alone[0].num_tokens == step + 1 and alone[0].finish_reason == "stop"
+    assert alone[0].text == engine.tokenizer.decode(tokens[:step], skip_special_tokens=True)
+    assert alone[1].num_tokens != alone[0].num_tokens, "the rows must end at different steps for the test to bite"
+    for b, a in zip(batched, alone, strict=True):
+        assert (b.text, b.num_tokens, b.finish_reason) == (a.text, a.num_tokens, a.finish_reason)
+        assert b.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-4)
 
 
 @pytest.mark.slow

@@ -59,12 +59,40 @@ def test_round_trip_gives_the_same_results(index_dir: Path, bench: Path, tiny_en
 
 
 def test_searcher_modes(index_dir: Path) -> None:
+    """Each mode returns what it names: BM25's list, the dense list, the min–max α-fusion of both, or their RRF —
+    each recomputed here by hand from the two retrievers' own candidate lists."""
     index = load_index(index_dir)
-    for mode in ("bm25", "dense", "alpha", "rrf"):
-        hits = Searcher(index, SearchSettings(mode=mode, top_k=4)).search(["capital of France"])[0]
-        assert len(hits) <= 4 and len({d for d, _ in hits}) == len(hits)
-    rrf = Searcher(index, SearchSettings(mode="rrf", top_k=3)).search(["capital of France"])[0]
-    assert rrf[0][0] == "d07"
+    query = "capital of France"
+    sparse = index.sparse.search([query], 100)[0]
+    dense = index.dense.search_vectors(index.encoder.encode_queries([query]), 100)[0]
+
+    def search(mode: str, **settings: object) -> list[tuple[str, float]]:
+        return Searcher(index, SearchSettings(mode=mode, top_k=4, **settings)).search([query])[0]
+
+    assert search("bm25") == sparse[:4] and [d for d, _ in sparse[:2]] == ["d07", "d08"]
+    assert [d for d, _ in search("dense")] == [d for d, _ in dense[:4]]
+    assert [s for _, s in search("dense")] == pytest.approx([s for _, s in dense[:4]])
+    assert [sc for _, sc in dense] == sorted((sc for _, sc in dense), reverse=True)
+
+    def norm(hits: list[tuple[str, float]]) -> dict[str, float]:
+        low, high = min(sc for _, sc in hits), max(sc for _, sc in hits)
+        return {d: (sc - low) / (high - low) for d, sc in hits}
+
+    for alpha in (0.0, 0.3, 1.0):
+        s, d = norm(sparse), norm(dense)
+        by_hand = sorted(((doc, alpha * s.get(doc, 0) + (1 - alpha) * d.get(doc, 0)) for doc in s.keys() | d.keys()),
+                         key=lambda item: (-item[1], item[0]))[:4]
+        got = search("alpha", alpha=alpha)
+        assert [doc for doc, _ in got] == [doc for doc, _ in by_hand]
+        assert [sc for _, sc in got] == pytest.approx([sc for _, sc in by_hand])
+    assert search("alpha", alpha=1.0)[0][0] == sparse[0][0] and search("alpha", alpha=0.0)[0][0] == dense[0][0]
+    rank_s = {doc: r for r, (doc, _) in enumerate(sparse, start=1)}
+    rank_d = {doc: r for r, (doc, _) in enumerate(dense, start=1)}
+    rrf_by_hand = sorted(((doc, sum(1 / (60 + ranks[doc]) for ranks in (rank_s, rank_d) if doc in ranks))
+                          for doc in rank_s.keys() | rank_d.keys()), key=lambda item: (-item[1], item[0]))[:4]
+    rrf = search("rrf")
+    assert [doc for doc, _ in rrf] == [doc for doc, _ in rrf_by_hand] and rrf[0][0] == "d07"
+    assert [sc for _, sc in rrf] == pytest.approx([sc for _, sc in rrf_by_hand])
 
 
 def test_index_from_another_corpus_is_an_error(index_dir: Path, bench: Path, tmp_path: Path) -> None:
