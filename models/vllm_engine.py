@@ -1,50 +1,103 @@
 """Offline batch generation with vLLM on GPUs (optional extra: ``pip install veracity[vllm]`` in its own env).
 
 vLLM cannot be installed on the CPU machines (it pins a CUDA torch), so it is imported only here, lazily.
+
+vLLM batches the requests of *one* call (continuous batching inside ``LLM.generate`` / ``LLM.chat``); blocking
+calls made one after another run one after another. So a batch of requests is one call — chats through
+``LLM.chat``, raw prompts through ``LLM.generate`` — with a list of per-request ``SamplingParams`` in request
+order. A call that fails (e.g. one prompt longer than the context) is retried request by request, so only the bad
+request gets an error result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from veracity.models.engine import Candidate, Engine, GenerationRequest, GenerationResult, finite_or_none
+from veracity.models.engine import (
+    Candidate,
+    Engine,
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    finite_or_none,
+)
+from veracity.models.fingerprint import model_fingerprint
 from veracity.models.registry import resolve_model
+
+logger = logging.getLogger(__name__)
 
 
 class VLLMEngine(Engine):
+    """``llm`` and ``sampling_params`` replace vLLM's ``LLM`` object and ``SamplingParams`` class (tests stand in
+    objects that record the calls; vLLM does not install on CPU machines)."""
+
     kind = "vllm"
 
-    def __init__(self, model: str = "real", dtype: str = "auto", **llm_kwargs: object):
-        try:
-            from vllm import LLM
-        except ImportError as error:
-            raise ImportError("the vllm engine needs vLLM (a GPU environment): pip install 'veracity[vllm]'") \
-                from error
+    def __init__(self, model: str = "real", dtype: str = "auto", *, llm: Any = None,
+                 sampling_params: Callable[..., Any] | None = None, **llm_kwargs: object):
         self.folder = resolve_model("chat_lm", model)
-        self.llm = LLM(model=str(self.folder), dtype=dtype, **llm_kwargs)
+        if llm is None or sampling_params is None:
+            try:
+                import vllm
+            except ImportError as error:
+                raise ImportError("the vllm engine needs vLLM (a GPU environment): pip install 'veracity[vllm]'") \
+                    from error
+            llm = llm if llm is not None else vllm.LLM(model=str(self.folder), dtype=dtype, **llm_kwargs)
+            sampling_params = sampling_params or vllm.SamplingParams
+        self.llm, self._sampling_params = llm, sampling_params
+        # The cache key, as for the transformers engine: the weights by content and the dtype they run in.
+        self._model_id = f"vllm:{self.folder}#{model_fingerprint(self.folder)}@{dtype}"
 
     @property
     def model_id(self) -> str:
-        return f"vllm:{self.folder}"
+        return self._model_id
+
+    def sampling(self, p: SamplingParams) -> Any:
+        return self._sampling_params(n=p.n, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_new_tokens,
+                                     seed=p.seed, stop=list(p.stop) or None, logprobs=0 if p.logprobs else None)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        from vllm import SamplingParams as VSampling
+        results: list[GenerationResult | None] = [None] * len(requests)
+        chats = [i for i, r in enumerate(requests) if r.prompt is None]
+        prompts = [i for i, r in enumerate(requests) if r.prompt is not None]
+        for indices, call in ((chats, self._chat), (prompts, self._complete)):
+            if not indices:
+                continue
+            batch = [requests[i] for i in indices]
+            try:
+                outputs = call(batch)
+            except Exception as error:  # noqa: BLE001 - one bad request must not sink the batch
+                if len(batch) == 1:
+                    results[indices[0]] = GenerationResult(error=f"{type(error).__name__}: {error}")
+                    continue
+                logger.warning("vLLM batch of %d failed (%s); retrying one by one", len(batch), error)
+                for i in indices:
+                    results[i] = self.generate([requests[i]])[0]
+                continue
+            if len(outputs) != len(batch):
+                raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(batch)} requests")
+            for i, output in zip(indices, outputs, strict=True):
+                results[i] = _result(output)
+        assert all(r is not None for r in results), "every request gets a result"
+        return results  # type: ignore[return-value]
 
-        results: list[GenerationResult] = []
-        for request in requests:  # vLLM batches internally across calls made together; keep requests' own params
-            p = request.params
-            sampling = VSampling(n=p.n, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_new_tokens,
-                                 seed=p.seed, stop=list(p.stop) or None, logprobs=0 if p.logprobs else None)
-            if request.prompt is not None:
-                output = self.llm.generate([request.prompt], sampling, use_tqdm=False)[0]
-            else:
-                output = self.llm.chat([list(request.messages)], sampling, use_tqdm=False)[0]
-            candidates = []
-            for o in output.outputs:
-                lp = None
-                if o.logprobs is not None:
-                    lp = finite_or_none([step[token].logprob for step, token in zip(o.logprobs, o.token_ids,
-                                                                                    strict=True)])
-                candidates.append(Candidate(o.text, o.finish_reason or "stop", lp, len(o.token_ids)))
-            results.append(GenerationResult(candidates, prompt_tokens=len(output.prompt_token_ids)))
-        return results
+    def _chat(self, batch: list[GenerationRequest]) -> list[Any]:
+        return self.llm.chat([list(r.messages) for r in batch], [self.sampling(r.params) for r in batch],
+                             use_tqdm=False)
+
+    def _complete(self, batch: list[GenerationRequest]) -> list[Any]:
+        return self.llm.generate([r.prompt for r in batch], [self.sampling(r.params) for r in batch],
+                                 use_tqdm=False)
+
+
+def _result(output: Any) -> GenerationResult:
+    """One vLLM ``RequestOutput`` → a result (one candidate per completion, with its token log-probabilities)."""
+    candidates = []
+    for o in output.outputs:
+        lp = None
+        if o.logprobs is not None:
+            lp = finite_or_none([step[token].logprob for step, token in zip(o.logprobs, o.token_ids, strict=True)])
+        candidates.append(Candidate(o.text, o.finish_reason or "stop", lp, len(o.token_ids)))
+    return GenerationResult(candidates, prompt_tokens=len(output.prompt_token_ids))

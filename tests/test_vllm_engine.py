@@ -1,0 +1,125 @@
+"""The vLLM engine's call pattern, with a stand-in for vLLM's ``LLM`` that records its calls (vLLM does not
+install on CPU machines; the real engine is the gpu-marked test in test_openai_engine.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from veracity.models.engine import GenerationRequest
+from veracity.models.vllm_engine import VLLMEngine
+
+
+@dataclass
+class FakeSampling:
+    n: int
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int | None
+    stop: list[str] | None
+    logprobs: int | None
+
+
+@dataclass
+class RecordingLLM:
+    """Answers each request with its own text and parameters, so a mix-up between requests shows."""
+
+    calls: list[tuple[str, list[Any], list[FakeSampling]]] = field(default_factory=list)
+    fail_on: str | None = None
+
+    def _outputs(self, inputs: list[Any], params: list[FakeSampling]) -> list[SimpleNamespace]:
+        if not isinstance(params, list) or len(params) != len(inputs):
+            raise TypeError("one SamplingParams per request")
+        if any(self.fail_on in str(x) for x in inputs if self.fail_on):
+            raise ValueError("prompt too long")
+        def text(x: Any, p: FakeSampling, k: int) -> str:
+            return f"{x if isinstance(x, str) else x[-1]['content']}|t={p.temperature}|k={k}"
+
+        def logprobs(p: FakeSampling) -> list[dict[int, Any]] | None:
+            return None if p.logprobs is None else [{5: SimpleNamespace(logprob=-0.5)},
+                                                    {6: SimpleNamespace(logprob=-1.0)}]
+
+        return [SimpleNamespace(prompt_token_ids=[0] * len(str(x)), outputs=[
+            SimpleNamespace(text=text(x, p, k), finish_reason="length", token_ids=[5, 6], logprobs=logprobs(p))
+            for k in range(p.n)]) for x, p in zip(inputs, params, strict=True)]
+
+    def chat(self, conversations: list[Any], params: list[FakeSampling], use_tqdm: bool = True) -> list[Any]:
+        self.calls.append(("chat", conversations, params))
+        return self._outputs(conversations, params)
+
+    def generate(self, prompts: list[str], params: list[FakeSampling], use_tqdm: bool = True) -> list[Any]:
+        self.calls.append(("generate", prompts, params))
+        return self._outputs(prompts, params)
+
+
+def _engine(folder: Path, llm: RecordingLLM) -> VLLMEngine:
+    return VLLMEngine(str(folder), llm=llm, sampling_params=FakeSampling)
+
+
+def test_one_call_for_a_batch_with_per_request_params_in_order(tiny_lm_dir: Path) -> None:
+    llm = RecordingLLM()
+    engine = _engine(tiny_lm_dir, llm)
+    requests = [GenerationRequest.chat([{"role": "user", "content": f"q{i}"}], n=1 + i % 2, temperature=0.1 * i,
+                                       max_new_tokens=10 + i, seed=i) for i in range(6)]
+    results = engine.generate(requests)
+    assert len(llm.calls) == 1, "one vLLM call for the whole batch"
+    method, conversations, params = llm.calls[0]
+    assert method == "chat" and conversations == [list(r.messages) for r in requests]
+    assert [(p.n, p.temperature, p.max_tokens, p.seed) for p in params] == [
+        (r.params.n, r.params.temperature, r.params.max_new_tokens, r.params.seed) for r in requests]
+    for i, result in enumerate(results):  # each result is its own request's answer
+        assert len(result.candidates) == 1 + i % 2
+        assert result.candidates[0].text == f"q{i}|t={0.1 * i}|k=0"
+        assert result.candidates[0].token_logprobs == [-0.5, -1.0] and result.candidates[0].num_tokens == 2
+
+
+def test_chats_and_raw_prompts_keep_their_positions(tiny_lm_dir: Path) -> None:
+    llm = RecordingLLM()
+    engine = _engine(tiny_lm_dir, llm)
+    requests = [GenerationRequest.chat([{"role": "user", "content": "c0"}]),
+                GenerationRequest(prompt="p1"), GenerationRequest.chat([{"role": "user", "content": "c2"}]),
+                GenerationRequest(prompt="p3")]
+    results = engine.generate(requests)
+    assert [(m, len(x)) for m, x, _ in llm.calls] == [("chat", 2), ("generate", 2)]
+    assert [r.candidates[0].text.split("|")[0] for r in results] == ["c0", "p1", "c2", "p3"]
+
+
+def test_a_failing_batch_is_retried_one_by_one(tiny_lm_dir: Path) -> None:
+    llm = RecordingLLM(fail_on="TOO LONG")
+    engine = _engine(tiny_lm_dir, llm)
+    results = engine.generate([GenerationRequest(prompt="fine"), GenerationRequest(prompt="TOO LONG"),
+                               GenerationRequest(prompt="also fine")])
+    assert [r.ok for r in results] == [True, False, True]
+    assert results[1].error == "ValueError: prompt too long"
+    assert len(llm.calls) == 4, "the batch, then each request alone"
+
+
+def test_model_id_carries_the_content_fingerprint(tiny_lm_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from veracity.models.fingerprint import model_fingerprint
+
+    engine = _engine(tiny_lm_dir, RecordingLLM())
+    assert engine.model_id == f"vllm:{engine.folder}#{model_fingerprint(tiny_lm_dir)}@auto"
+    other = tmp_path / "retrained"
+    shutil.copytree(tiny_lm_dir, other)
+    weights = next(other.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # same size, other weights
+    weights.write_bytes(bytes(data))
+    assert _engine(other, RecordingLLM()).model_id.split("#")[1] != engine.model_id.split("#")[1]
+
+
+def test_without_vllm_the_engine_says_how_to_get_it(tiny_lm_dir: Path) -> None:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"pip install 'veracity\[vllm\]'"):
+            VLLMEngine(str(tiny_lm_dir))
+    else:
+        pytest.skip("vLLM is installed here")
