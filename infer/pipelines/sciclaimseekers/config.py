@@ -1,0 +1,68 @@
+"""Settings of the SciClaimSeekers source-retrieval pipeline (SPEC §3). The LLM reranker's engine is an
+:class:`~veracity.models.engine.EngineConfig`, parsed beside this one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from veracity.infer.retrieval.dense import E5_INSTRUCT_QUERY_PREFIX
+
+RERANKERS = ("llm", "cross_encoder", "none")
+
+
+@dataclass
+class SciClaimConfig:
+    """What to retrieve for and how (fields double as ``veracity infer sciclaim`` options)."""
+
+    # --- inputs -------------------------------------------------------------------------------------------
+    posts: str | None = field(default=None, metadata={
+        "help": "Posts TSV (post_id, tweet_text[, cord_uid]); the CheckThat 4b files load as they are."})
+    collection: str | None = field(default=None, metadata={
+        "help": "Paper collection: JSONL, Parquet or CSV with a key, title, abstract (convert the official pickle "
+                "first with `veracity prep sciclaim-collection`)."})
+    task: str | None = field(default=None, metadata={
+        "help": "Instead of --posts/--collection: a task built from prepared records (climate_fever, "
+                "fever_evidence), written under <output_dir>/task first."})
+    prepared_dir: str = field(default="runs/prep", metadata={"help": "Output folder of veracity prep (--task)."})
+    split: str = field(default="dev", metadata={"help": "Split of the built task's posts (--task)."})
+    max_examples: int | None = field(default=None, metadata={"help": "Only the first N posts (file order)."})
+    output_dir: str = field(default="runs/sciclaim", metadata={"help": "Run directory."})
+    index_dir: str | None = field(default=None, metadata={
+        "help": "Where the collection is indexed (reused while collection and encoder match); "
+                "default <output_dir>/index."})
+    progress: bool = True
+    # --- first stage: BM25 + dense → RRF (SPEC §3) --------------------------------------------------------
+    analyzer: str = field(default="social", metadata={
+        "help": "BM25 analyzer: social (drop @mentions/URLs, split #hashtags, drop punctuation and stopwords)."})
+    stem: bool = field(default=False, metadata={"help": "Snowball-stem BM25 tokens (the paper does not)."})
+    embedder: str = field(default="embedded", metadata={"help": "Dense encoder: 'embedded', 'real', path, hub id."})
+    query_prefix: str = field(default=E5_INSTRUCT_QUERY_PREFIX, metadata={
+        "help": "Instruction before each post (the paper's multilingual-e5-large-instruct prefix)."})
+    max_length: int = field(default=512, metadata={"help": "Encoder tokens per text."})
+    encode_batch_size: int = 64
+    candidates: int = field(default=100, metadata={"help": "Hits per retriever before fusion."})
+    rrf_k: int = field(default=60, metadata={"help": "RRF constant k."})
+    fusion_depth: int = field(default=50, metadata={"help": "Fused candidates kept for the reranker."})
+    top_k: int = field(default=5, metadata={"help": "Papers submitted per post."})
+    alpha: float = field(default=0.5, metadata={"help": "BM25 weight of the α-fusion row of the ablation."})
+    # --- rerank -------------------------------------------------------------------------------------------
+    reranker: str = field(default="llm", metadata={"help": f"One of {RERANKERS}."})
+    cross_encoder: str = field(default="embedded", metadata={"help": "Cross-encoder: 'embedded', 'real', path."})
+    cross_encoder_batch_size: int = 32
+    max_new_tokens: int = field(default=8, metadata={"help": "Tokens the LLM may write for its 0–10 answer."})
+    abstract_max_words: int | None = field(default=None, metadata={
+        "help": "Shorten abstracts in the LLM prompt to this many words (none: the whole abstract)."})
+    # --- ablation -----------------------------------------------------------------------------------------
+    ablation: bool = field(default=False, metadata={
+        "help": "Score every configuration (BM25, dense, RRF, α-fusion, RRF + cross-encoder, RRF + LLM) on the "
+                "posts' gold ids: <output_dir>/metrics.json rows and one submission TSV per configuration."})
+    ablation_llm_posts: int | None = field(default=None, metadata={
+        "help": "Ablation: LLM-rerank only the first N posts (slow models); the other configurations are also "
+                "reported on those N posts beside their full-split rows."})
+
+    def __post_init__(self) -> None:
+        if self.reranker not in RERANKERS:
+            raise ValueError(f"reranker must be one of {RERANKERS}, got {self.reranker!r}")
+        if not 1 <= self.top_k <= self.fusion_depth <= self.candidates * 2:
+            raise ValueError(f"need 1 <= top_k ({self.top_k}) <= fusion_depth ({self.fusion_depth}) <= "
+                             f"2 × candidates ({self.candidates})")

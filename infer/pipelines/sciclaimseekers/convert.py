@@ -1,0 +1,75 @@
+"""Opt-in conversion of the official CheckThat! 4b collection pickle into JSONL (the only place a pickle is read).
+
+Usage: veracity prep sciclaim-collection --pickle subtask4b_collection_data.pkl --output collection.jsonl
+                                         --trust_pickle true
+
+The organisers ship the collection as a pandas DataFrame pickle (``cord_uid``, ``title``, ``abstract`` and 14 more
+metadata columns). Unpickling runs whatever code the file names, so nothing else in veracity reads pickles and this
+command refuses to without ``--trust_pickle true``: run it once on the file you downloaded from the organisers, then
+give every job the JSONL it writes (one ``{cord_uid, title, abstract, …metadata}`` object per line).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ConvertArgs:
+    pickle: str = field(metadata={"help": "The official subtask4b_collection_data.pkl (a pandas DataFrame)."})
+    output: str = field(metadata={"help": "JSONL to write (one paper per line)."})
+    trust_pickle: bool = field(default=False, metadata={
+        "help": "Required: unpickling can run arbitrary code, so only convert a file from a source you trust."})
+
+
+def convert_pickle(pickle_path: str | Path, output: str | Path, trust_pickle: bool = False) -> int:
+    """Write the DataFrame pickle's rows as JSONL (values JSON-safe: timestamps as ISO strings, NaN as null)."""
+    if not trust_pickle:
+        raise PermissionError(f"{pickle_path}: refusing to unpickle without --trust_pickle true (a pickle can run "
+                              "code when loaded; convert only the organisers' file)")
+    import math
+
+    import pandas as pd
+
+    from veracity.infer.pipelines.sciclaimseekers.task_io import read_collection
+    from veracity.io import atomic_writer
+
+    frame = pd.read_pickle(pickle_path)  # noqa: S301 - the explicit, documented opt-in above
+
+    def plain(value: object) -> object:
+        if isinstance(value, float) and math.isnan(value):
+            return None
+        if hasattr(value, "isoformat"):
+            return value.isoformat()  # type: ignore[union-attr]
+        if hasattr(value, "item"):
+            return value.item()  # numpy scalars
+        return value
+
+    count = 0
+    with atomic_writer(output) as handle:
+        for row in frame.to_dict(orient="records"):
+            handle.write(json.dumps({k: plain(v) for k, v in row.items()}, ensure_ascii=False) + "\n")
+            count += 1
+    read_collection(output)  # the JSONL must load the way every job will read it
+    return count
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import sys
+
+    from veracity.config import parse_config
+
+    (args,) = parse_config((ConvertArgs,), argv, prog="veracity prep sciclaim-collection")
+    try:
+        count = convert_pickle(args.pickle, args.output, args.trust_pickle)
+    except PermissionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"{count} papers written to {args.output}")
+    return count

@@ -1,0 +1,44 @@
+"""Pure re-ordering of the fused candidate list by reranker scores (SPEC §3), on plain data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from veracity.infer.retrieval.fusion import Hits
+
+
+def order_by_llm_scores(fused: Hits, scores: Sequence[int | None]) -> Hits:
+    """Sort RRF candidates by their LLM score, ties broken by RRF score (then by RRF rank).
+
+    A candidate whose answer did not parse (``None``) keeps its RRF position: it stays in its slot and the scored
+    candidates are sorted into the remaining slots. So a list with no parsable answer is the RRF list unchanged.
+
+    Args:
+        fused: ``(doc_id, rrf_score)`` best first, as :func:`reciprocal_rank_fusion` returns it.
+        scores: one 0–10 score (or None) per candidate, aligned with ``fused``.
+
+    Returns:
+        ``(doc_id, llm_score)`` best first; an unparsed candidate carries its RRF score (negated, so it never
+        passes for an LLM score: -rrf < 0).
+    """
+    if len(fused) != len(scores):
+        raise ValueError(f"{len(scores)} scores for {len(fused)} candidates")
+    scored = [i for i, s in enumerate(scores) if s is not None]
+    ranked = sorted(scored, key=lambda i: (-scores[i], -fused[i][1], i))  # type: ignore[operator]
+    slots = iter(ranked)
+    out: Hits = []
+    for i, (doc, rrf) in enumerate(fused):
+        if scores[i] is None:
+            out.append((doc, -rrf))
+        else:
+            j = next(slots)
+            out.append((fused[j][0], float(scores[j])))  # type: ignore[arg-type]
+    return out
+
+
+def order_by_scores(fused: Hits, scores: Sequence[float]) -> Hits:
+    """Sort candidates by a reranker's real-valued scores (the cross-encoder), ties broken by RRF order."""
+    if len(fused) != len(scores):
+        raise ValueError(f"{len(scores)} scores for {len(fused)} candidates")
+    order = sorted(range(len(fused)), key=lambda i: (-scores[i], -fused[i][1], i))
+    return [(fused[i][0], float(scores[i])) for i in order]

@@ -1,0 +1,257 @@
+"""SciClaimSeekers: social analyzer, RRF and rerank ordering, the 0–10 parser, CheckThat I/O, the MRR@5 scorer,
+bad collection rows through the CLI, and the pipeline + ablation end to end on tiny models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from veracity import cli
+from veracity.data_prep.errors import DataError
+from veracity.infer.eval.sciclaim import checkthat_scores
+from veracity.infer.pipelines.sciclaimseekers.prompt import SYSTEM_PROMPT, USER_TEMPLATE, parse_score, rerank_messages
+from veracity.infer.pipelines.sciclaimseekers.ranking import order_by_llm_scores, order_by_scores
+from veracity.infer.pipelines.sciclaimseekers.task_io import (
+    read_collection,
+    read_posts,
+    read_submission,
+    write_submission,
+)
+from veracity.infer.retrieval.analyzers import Analyzer
+from veracity.infer.retrieval.fusion import reciprocal_rank_fusion
+
+SHARED_DEV = Path(__file__).resolve().parents[2] / "shared/data/checkthat_2025_task4b/subtask4b_query_tweets_dev.tsv"
+
+
+# --- analyzer -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("post", "tokens"), [
+    ("@WHO_Europe: #LongCovid hits 1 in 8 adults 😷👉 https://t.co/Ab12xYz &amp; more at www.example.org/s?id=3",
+     ["long", "covid", "hits", "adults", "more"]),
+    ("New study!!! masks cut transmission by 53% (Lancet) 🧪🔬 via @NatureNews #WearAMask http://bit.ly/3xYz",
+     ["new", "study", "masks", "cut", "transmission", "53", "lancet", "via", "wear", "mask"]),
+    ("ICU patients w/ low vitamin D… #VitaminD #COVID_19 write to me@uni.edu",
+     ["icu", "patients", "low", "vitamin", "vitamin", "covid", "19", "write", "me", "uni", "edu"]),
+])
+def test_social_analyzer_on_real_looking_posts(post: str, tokens: list[str]) -> None:
+    # @mentions and URLs go, #hashtags become words (CamelCase and _ split), emoji and punctuation go,
+    # stopwords and one-letter tokens go; an e-mail address is not a mention.
+    assert Analyzer("social")(post) == tokens
+
+
+# --- fusion and ordering ------------------------------------------------------------------------------------
+
+def test_rrf_ties_are_broken_by_doc_id() -> None:
+    fused = reciprocal_rank_fusion([[("b", 9.0), ("a", 8.0)], [("a", 0.9), ("b", 0.8)]], k=60)
+    assert [d for d, _ in fused] == ["a", "b"] and fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
+
+
+def test_llm_scores_sort_ties_by_rrf_and_unparsable_answers_keep_their_slot() -> None:
+    fused = [("d1", 0.05), ("d2", 0.04), ("d3", 0.03), ("d4", 0.02), ("d5", 0.01)]
+    # d2 and d4 tie on 7: d2 has the higher RRF score; d3 did not parse and stays third.
+    order = order_by_llm_scores(fused, [3, 7, None, 7, 9])
+    assert [d for d, _ in order] == ["d5", "d2", "d3", "d4", "d1"]
+    assert [s for _, s in order] == [9.0, 7.0, -0.03, 7.0, 3.0]
+    assert order_by_llm_scores(fused, [None] * 5) == [(d, -s) for d, s in fused]  # nothing parsed: RRF order
+    assert [d for d, _ in order_by_scores(fused, [0.1, 0.5, 0.5, -1.0, 0.2])] == ["d2", "d3", "d5", "d1", "d4"]
+
+
+# --- prompt and parser --------------------------------------------------------------------------------------
+
+def test_prompt_is_table_1() -> None:
+    messages = rerank_messages("Masks work", "Face masks", "We show that masks reduce spread.")
+    assert messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
+    assert messages[1]["content"] == ("Social media post: Masks work Candidate paper: Title: Face masks Abstract: We "
+                                      "show that masks reduce spread. Score (0-10):")
+    assert SYSTEM_PROMPT.startswith("You are an expert scientific source identifier.")
+    assert "{abstract}" in USER_TEMPLATE
+    short = rerank_messages("p", "t", "one two three four", abstract_max_words=2)[1]["content"]
+    assert "Abstract: one two … Score" in short
+
+
+@pytest.mark.parametrize(("answer", "score"), [
+    ("7", 7), ("  8.", 8), ("**9**", 9), ("10", 10), ("0", 0), ("Score: 6/10", 6), ("Score (0-10): 4", 4),
+    ("I would rate this 7 out of 10.", 7), ("Relevance: 10/10!", 10), ("<think>maybe 2</think>\n5", 5),
+    ("seven", 7), ("7.5", 8), ("The 2020 paper fits. 3", 3),
+])
+def test_parse_score_reads_messy_answers(answer: str, score: int) -> None:
+    assert parse_score(answer) == (score, None)
+
+
+@pytest.mark.parametrize(("answer", "reason"), [
+    ("", "empty_answer"), ("no idea", "no_number"), ("Score (0-10):", "no_number"), ("12", "out_of_range: 12"),
+    ("-1", "out_of_range: -1"), ("Score: 15", "out_of_range: 15"), ("<think>hmm", "unterminated_think"),
+])
+def test_parse_score_names_what_it_cannot_read(answer: str, reason: str) -> None:
+    assert parse_score(answer) == (None, reason)
+
+
+# --- task I/O -----------------------------------------------------------------------------------------------
+
+def test_submission_round_trip(tmp_path: Path) -> None:
+    rankings = {"16": ["3qvh482o", "r58aohnu", "a", "b", "c", "extra"], "cf-7": ["Earth's climate:3", "Paris, TX:1"]}
+    write_submission(tmp_path / "s.tsv", rankings)
+    lines = (tmp_path / "s.tsv").read_text().splitlines()
+    assert lines[0] == "post_id\tpreds" and lines[1] == "16\t['3qvh482o', 'r58aohnu', 'a', 'b', 'c']"
+    assert read_submission(tmp_path / "s.tsv") == {"16": rankings["16"][:5], "cf-7": rankings["cf-7"]}
+    (tmp_path / "plain.tsv").write_text("1\t[ab12cd34, ef56gh78]\n")  # unquoted, no header
+    assert read_submission(tmp_path / "plain.tsv") == {"1": ["ab12cd34", "ef56gh78"]}
+    (tmp_path / "bad.tsv").write_text("post_id\tpreds\n1\tab12cd34\n")
+    with pytest.raises(DataError, match=r"bad.tsv:2: field 'preds'"):
+        read_submission(tmp_path / "bad.tsv")
+
+
+def test_posts_load_in_both_checkthat_layouts(tmp_path: Path) -> None:
+    (tmp_path / "two.tsv").write_text('tweet_text\tcord_uid\nfirst tweet\tabc\n"a ""quoted"" one"\tdef\n')
+    posts = read_posts(tmp_path / "two.tsv")
+    assert [(p.post_id, p.text, p.gold) for p in posts] == [("0", "first tweet", ["abc"]),
+                                                            ("1", 'a "quoted" one', ["def"])]
+    if SHARED_DEV.is_file():  # the shared CheckThat! 2025 4b file, as it is
+        dev = read_posts(SHARED_DEV)
+        assert len(dev) == 1399 and (dev[0].post_id, dev[0].gold) == ("16", ["3qvh482o"])
+        assert dev[1].text.startswith('"Among 139 clients exposed')
+
+
+def test_collection_formats_and_bad_rows(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"cord_uid": "u1", "title": "Masks", "abstract": "Masks reduce spread.", "journal": "PLoS One"},
+            {"cord_uid": "u2", "title": "Vitamin D", "abstract": None, "journal": None}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "c.parquet")
+    papers = read_collection(tmp_path / "c.parquet")
+    assert [(p.key, p.title, p.abstract, p.metadata) for p in papers] == [
+        ("u1", "Masks", "Masks reduce spread.", {"journal": "PLoS One"}), ("u2", "Vitamin D", "", {"journal": None})]
+    (tmp_path / "c.csv").write_text("pubkey,title,abstract\n7,T,A\n")
+    assert read_collection(tmp_path / "c.csv")[0].key == "7"
+    (tmp_path / "c.pkl").write_bytes(b"not read")
+    with pytest.raises(DataError, match="pickles are not read"):
+        read_collection(tmp_path / "c.pkl")
+
+
+def _write_collection(path: Path, bad: str | None = None) -> Path:
+    rows = [json.dumps({"cord_uid": f"p{i}", "title": t, "abstract": a}) for i, (t, a) in enumerate([
+        ("Face masks and transmission", "Surgical masks reduce influenza transmission in households."),
+        ("Vitamin D in ICU patients", "Vitamin D deficiency is common among intensive care patients."),
+        ("Long COVID in adults", "One in eight adults reports lasting symptoms after infection."),
+        ("Sea ice and polar bears", "Polar bears lose hunting habitat as Arctic sea ice declines."),
+    ])]
+    if bad is not None:
+        rows.insert(2, bad)
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(("bad", "where"), [
+    ('{"title": "no key", "abstract": "x"}', r"c.jsonl:3: field 'cord_uid/pubkey/doc_id/key/id': missing"),
+    ('{"cord_uid": "z", "title": 5, "abstract": "x"}', r"c.jsonl:3: field 'title': expected a string"),
+    ('{"cord_uid": "z", "title": "", "abstract": ""}', r"c.jsonl:3: field 'title': paper has neither"),
+    ('{"cord_uid": "p0", "title": "again", "abstract": "x"}', r"c.jsonl:3: field 'cord_uid': paper key 'p0' repeats"),
+    ('{"cord_uid": "z", "title": "broken', r"c.jsonl:3: malformed JSON"),
+])
+def test_a_bad_collection_row_is_named_through_the_cli(tmp_path: Path, capsys, bad: str, where: str) -> None:
+    posts = tmp_path / "posts.tsv"
+    posts.write_text("post_id\ttweet_text\tcord_uid\n1\tmasks work\tp0\n")
+    collection = _write_collection(tmp_path / "c.jsonl", bad)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["infer", "sciclaim", "--posts", str(posts), "--collection", str(collection),
+                  "--output_dir", str(tmp_path / "run")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and __import__("re").search(where, err), err
+    assert not (tmp_path / "run" / "run_config.yaml").exists()  # nothing written before the inputs are checked
+
+
+# --- scorer -------------------------------------------------------------------------------------------------
+
+def test_mrr_at_5_on_a_hand_made_case(tmp_path: Path) -> None:
+    gold = {"a": ["g1"], "b": ["g2"], "c": ["g3"], "d": ["g4"], "e": ["x", "y"]}
+    rankings = {"a": ["g1", "n", "n", "n", "n"],      # rank 1 → 1
+                "b": ["n", "n", "g2", "n", "n"],      # rank 3 → 1/3
+                "c": ["n", "n", "n", "n", "n", "g3"],  # rank 6: outside the first 5 → 0
+                "e": ["n", "y", "x"]}                  # two gold ids: the first found counts, 1/2; "d" missing → 0
+    scores = checkthat_scores(rankings, gold)
+    assert scores == {"mrr@5": pytest.approx((1 + 1 / 3 + 0 + 0 + 1 / 2) / 5), "hit@1": 0.2, "hit@5": 0.6, "n": 5}
+    assert checkthat_scores(rankings, gold, only_submitted=True)["n"] == 4
+    write_submission(tmp_path / "s.tsv", rankings)
+    (tmp_path / "gold.tsv").write_text("post_id\ttweet_text\tcord_uid\n" + "".join(
+        f"{p}\ttext {p}\t{ids!r}\n" for p, ids in gold.items()))
+    metrics = cli.main(["eval", "sciclaim", "--submission", str(tmp_path / "s.tsv"),
+                        "--gold", str(tmp_path / "gold.tsv"), "--output_dir", str(tmp_path / "o")])
+    assert metrics == 0
+    written = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert set(written) == {"mrr@5", "hit@1", "hit@5", "n"} and written["mrr@5"] == pytest.approx(scores["mrr@5"])
+
+
+# --- end to end on tiny models ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny_ce")
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_encoder_dir)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, num_labels=1)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _task(tmp_path: Path) -> list[str]:
+    (tmp_path / "posts.tsv").write_text(
+        "post_id\ttweet_text\tcord_uid\n"
+        "1\tDo masks work? #masks https://t.co/x masks reduce influenza transmission\tp0\n"
+        "2\t@doc Vitamin D deficiency in ICU patients 😷\tp1\n"
+        "3\tlong covid: one in eight adults have lasting symptoms #LongCovid\tp2\n")
+    _write_collection(tmp_path / "c.jsonl")
+    return ["--posts", str(tmp_path / "posts.tsv"), "--collection", str(tmp_path / "c.jsonl"), "--max_length", "64",
+            "--progress", "false", "--max_new_tokens", "4"]
+
+
+def test_ablation_end_to_end_on_tiny_models(tmp_path: Path, tiny_encoder_dir: Path, tiny_lm_dir: Path,
+                                            tiny_cross_encoder: Path) -> None:
+    from veracity.infer.pipelines.sciclaimseekers.run import main
+
+    out = tmp_path / "run"
+    result = main([*_task(tmp_path), "--embedder", str(tiny_encoder_dir), "--model", str(tiny_lm_dir),
+                   "--cross_encoder", str(tiny_cross_encoder), "--ablation", "true", "--ablation_llm_posts", "2",
+                   "--output_dir", str(out)])
+    written = json.loads((out / "metrics.json").read_text())
+    names = ["BM25", "dense", "RRF k=60", "α-fusion α=0.5", "RRF k=60 + cross-encoder@50",
+             "RRF k=60 + LLM rerank@50 (first 2 posts)"]
+    assert list(result["rows"])[:6] == names and set(names) <= set(written["rows"])
+    assert written["n"]["BM25"] == 3 and written["n"][names[-1]] == 2
+    assert all(set(row) == {"mrr@5", "hit@1", "hit@5"} for row in written["rows"].values())
+    assert "RRF k=60 (first 2 posts)" in written["rows"]  # the LLM row's neighbours on the same posts
+    assert written["llm_rerank"]["pairs"] == 8 and written["cross_encoder"]["pairs"] == 12  # 4 papers per post
+    submissions = sorted(p.name for p in (out / "submissions").iterdir())
+    assert len(submissions) == 6 and "bm25.tsv" in submissions
+    bm25 = read_submission(out / "submissions" / "bm25.tsv")
+    assert checkthat_scores(bm25, {"1": ["p0"], "2": ["p1"], "3": ["p2"]})["mrr@5"] == pytest.approx(
+        result["rows"]["BM25"]["mrr@5"], abs=1e-4)
+    assert bm25["1"][0] == "p0" and bm25["2"][0] == "p1"  # BM25 finds the lexical matches
+
+
+def test_llm_rerank_records_explain_the_order(tmp_path: Path, tiny_encoder_dir: Path, tiny_lm_dir: Path) -> None:
+    from veracity.infer.pipelines.sciclaimseekers.run import main
+
+    out = tmp_path / "run"
+    summary = main([*_task(tmp_path), "--embedder", str(tiny_encoder_dir), "--model", str(tiny_lm_dir),
+                    "--reranker", "llm", "--output_dir", str(out), "--top_k", "3"])
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    unparsable = 0
+    for record in records:
+        rrf = [(d, s) for d, s in record["rrf"]]
+        scores = [a["score"] for a in record["llm_answers"]]
+        assert [a["doc_id"] for a in record["llm_answers"]] == [d for d, _ in rrf]
+        expected = order_by_llm_scores(rrf, scores)[:3]
+        assert [d for d, _ in record["ranking"]] == [d for d, _ in expected]
+        unparsable += sum(s is None for s in scores)
+    assert summary["llm_rerank"]["unparsable"] == unparsable and summary["llm_rerank"]["pairs"] == 12
+    assert read_submission(out / "submission.tsv") == {r["post_id"]: [d for d, _ in r["ranking"]] for r in records}
+    assert set(json.loads((out / "metrics.json").read_text())) == {"mrr@5", "hit@1", "hit@5", "n"}
