@@ -255,3 +255,47 @@ def test_llm_rerank_records_explain_the_order(tmp_path: Path, tiny_encoder_dir: 
     assert summary["llm_rerank"]["unparsable"] == unparsable and summary["llm_rerank"]["pairs"] == 12
     assert read_submission(out / "submission.tsv") == {r["post_id"]: [d for d, _ in r["ranking"]] for r in records}
     assert set(json.loads((out / "metrics.json").read_text())) == {"mrr@5", "hit@1", "hit@5", "n"}
+
+
+def test_pickle_conversion_is_opt_in(tmp_path: Path, capsys) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"cord_uid": ["u1", "u2"], "title": ["Masks", "Vitamin D"], "abstract": ["A.", "B."],
+                          "time": pd.to_datetime(["2020-01-02", None]), "mag_id": [float("nan")] * 2})
+    frame.to_pickle(tmp_path / "collection.pkl")
+    args = ["prep", "sciclaim-collection", "--pickle", str(tmp_path / "collection.pkl"),
+            "--output", str(tmp_path / "c.jsonl")]
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    assert info.value.code == 2 and "--trust_pickle true" in capsys.readouterr().err
+    assert not (tmp_path / "c.jsonl").exists()
+    cli.main([*args, "--trust_pickle", "true"])
+    papers = read_collection(tmp_path / "c.jsonl")
+    assert [(p.key, p.title) for p in papers] == [("u1", "Masks"), ("u2", "Vitamin D")]
+    assert papers[0].metadata == {"time": "2020-01-02T00:00:00", "mag_id": None}
+
+
+def test_tasks_from_prepared_records(tmp_path: Path) -> None:
+    from veracity.data_prep.schema import CorpusDocument, RetrievalQuery
+    from veracity.infer.pipelines.sciclaimseekers.tasks import build_task
+    from veracity.io import sha256_file, write_jsonl
+
+    prep = tmp_path / "prep"
+    docs = [CorpusDocument("Global warming:14", "Global warming", "", "Species go extinct.", "cf", "x:1"),
+            CorpusDocument("Paris, TX:2", "Paris, TX", "", 'It has a "tower".', "cf", "x:2")]
+    queries = [RetrievalQuery("cf-0", "Polar\tbears\nare dying", ["Global warming:14", "Paris, TX:2"], "cf", "dev",
+                              "x:1")]
+    outputs = {}
+    for name, rows, kind in (("climate_fever_corpus", docs, "corpus_document"),
+                             ("climate_fever_queries", queries, "retrieval_query")):
+        write_jsonl(prep / f"{name}.jsonl", [r.to_dict() for r in rows])
+        outputs[name] = {"kind": kind, "sha256": sha256_file(prep / f"{name}.jsonl")}
+    (prep / "manifest.json").write_text(json.dumps({"outputs": outputs}))
+    paths = build_task(prep, "climate_fever", tmp_path / "task")
+    posts = read_posts(paths["dev"])
+    assert [(p.post_id, p.text, p.gold) for p in posts] == [("cf-0", "Polar bears are dying",
+                                                             ["Global warming:14", "Paris, TX:2"])]
+    papers = read_collection(paths["collection"])
+    assert [(p.key, p.title, p.abstract) for p in papers] == [("Global warming:14", "Global warming",
+                                                               "Species go extinct."),
+                                                              ("Paris, TX:2", "Paris, TX", 'It has a "tower".')]
