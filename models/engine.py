@@ -142,7 +142,8 @@ class EngineConfig:
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "OpenAI-compatible server URL."})
     api_key: str = field(default="EMPTY", metadata={"help": "API key (or set OPENAI_API_KEY)."})
     timeout: float = field(default=60.0, metadata={"help": "Seconds per HTTP request."})
-    max_retries: int = field(default=4, metadata={"help": "Retries on timeouts, 429 and 5xx."})
+    max_retries: int = field(default=4, metadata={
+        "help": "Retries by the openai SDK (backoff with jitter, Retry-After honoured): timeouts, 408/409/429, 5xx."})
     concurrency: int = field(default=4, metadata={"help": "Requests in flight at once (openai)."})
     cache: str | None = field(default=None, metadata={"help": "SQLite file: replay identical requests."})
     send_generation_config: bool = field(

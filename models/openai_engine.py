@@ -1,9 +1,14 @@
 """Any OpenAI-compatible server (vLLM serve, Ollama, llama.cpp, ``transformers serve``).
 
-Timeouts, retries with exponential backoff on timeouts / connection errors / 429 / 5xx, bounded concurrency, and
-clear errors for bad auth or an unknown model. Servers differ: some ignore ``n`` or ``logprobs`` (``transformers
-serve`` ignores both). When a server returns fewer choices than asked, the rest are requested one by one with
-distinct seeds; log-probabilities the server does not give are reported as unavailable (None), never as zeros.
+Timeouts, bounded concurrency, clear errors for bad auth or an unknown model, and the openai SDK's own retries:
+connection errors, timeouts, 408, 409, 429 and 5xx are retried up to ``max_retries`` times with its exponential
+backoff and jitter (0.5 s doubling to at most 8 s, each cut by up to 25 %), and a server's ``Retry-After`` (or
+``retry-after-ms``) of up to two minutes is waited exactly instead. What is still failing after the last retry
+becomes that request's error result; the batch goes on.
+
+Servers differ: some ignore ``n`` or ``logprobs`` (``transformers serve`` ignores both). When a server returns fewer
+choices than asked, the rest are requested one by one with distinct seeds; log-probabilities the server does not
+give are reported as unavailable (None), never as zeros.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -19,23 +23,25 @@ from typing import Any
 from veracity.models.engine import Candidate, Engine, EngineError, GenerationRequest, GenerationResult, finite_or_none
 
 logger = logging.getLogger(__name__)
+RETRIED_STATUSES = (408, 409, 429)  # and every 5xx: what the openai SDK retries (besides timeouts, lost connections)
 
 
 class OpenAIEngine(Engine):
     kind = "openai"
 
     def __init__(self, model: str, base_url: str = "http://127.0.0.1:8000/v1", api_key: str = "EMPTY",
-                 timeout: float = 60.0, max_retries: int = 4, concurrency: int = 4, backoff: float = 0.5,
-                 max_backoff: float = 16.0, send_generation_config: bool = False):
-        """``send_generation_config``: also send the sampling settings as a per-request ``generation_config``
-        (``transformers serve`` samples only when asked that way; elsewhere it decodes greedily)."""
+                 timeout: float = 60.0, max_retries: int = 4, concurrency: int = 4,
+                 send_generation_config: bool = False):
+        """``max_retries``: retries after the first attempt, done by the openai SDK (backoff with jitter,
+        ``Retry-After`` honoured). ``send_generation_config``: also send the sampling settings as a per-request
+        ``generation_config`` (``transformers serve`` samples only when asked that way; elsewhere it decodes
+        greedily)."""
         import openai
 
         self.openai = openai
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
         self.model, self.base_url = model, base_url
         self.max_retries, self.concurrency = max_retries, max(1, concurrency)
-        self.backoff, self.max_backoff = backoff, max_backoff
         self.send_generation_config = send_generation_config
         self.n_supported: bool | None = None  # learned from the first answer with n > 1
         self._lock = threading.Lock()
@@ -97,33 +103,30 @@ class OpenAIEngine(Engine):
             lambda: self.client.chat.completions.create(messages=list(request.messages), **common))
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
+        """``call()`` (the SDK retries inside it); the errors that remain, mapped to what a user can act on."""
         o = self.openai
-        for attempt in range(self.max_retries + 1):
-            try:
-                return call()
-            except o.AuthenticationError as error:
-                raise EngineError(f"{self.base_url}: authentication failed (check api_key): {error}") from error
-            except o.PermissionDeniedError as error:
-                raise EngineError(f"{self.base_url}: permission denied for model {self.model!r}: {error}") from error
-            except o.NotFoundError as error:
-                raise EngineError(f"{self.base_url}: model {self.model!r} or endpoint not found: {error}") from error
-            except o.BadRequestError as error:
-                detail = _body(error)
-                if "model" in detail.lower():
-                    raise EngineError(f"{self.base_url}: the server rejects model {self.model!r}: {detail}") from error
-                raise _GaveUp(f"bad_request: {detail}") from error
-            except (o.APITimeoutError, o.APIConnectionError, o.RateLimitError, o.InternalServerError) as error:
-                last = error
-            except o.APIStatusError as error:
-                if error.status_code < 500:
-                    raise _GaveUp(f"http_{error.status_code}: {_body(error)}") from error
-                last = error
-            if attempt < self.max_retries:
-                delay = min(self.max_backoff, self.backoff * 2**attempt)
-                logger.warning("%s: %s; retry %d/%d in %.2f s", self.base_url, type(last).__name__, attempt + 1,
-                               self.max_retries, delay)
-                time.sleep(delay)
-        raise _GaveUp(f"server_error after {self.max_retries + 1} attempts: {type(last).__name__}: {_body(last)}")
+        try:
+            return call()
+        except o.AuthenticationError as error:
+            raise EngineError(f"{self.base_url}: authentication failed (check api_key): {error}") from error
+        except o.PermissionDeniedError as error:
+            raise EngineError(f"{self.base_url}: permission denied for model {self.model!r}: {error}") from error
+        except o.NotFoundError as error:
+            raise EngineError(f"{self.base_url}: model {self.model!r} or endpoint not found: {error}") from error
+        except o.BadRequestError as error:
+            detail = _body(error)
+            if "model" in detail.lower():
+                raise EngineError(f"{self.base_url}: the server rejects model {self.model!r}: {detail}") from error
+            raise _GaveUp(f"bad_request: {detail}") from error
+        except (o.APITimeoutError, o.APIConnectionError) as error:
+            raise self._exhausted(error) from error
+        except o.APIStatusError as error:
+            if error.status_code in RETRIED_STATUSES or error.status_code >= 500:
+                raise self._exhausted(error) from error
+            raise _GaveUp(f"http_{error.status_code}: {_body(error)}") from error
+
+    def _exhausted(self, error: Exception) -> _GaveUp:
+        return _GaveUp(f"server_error after {self.max_retries + 1} attempts: {type(error).__name__}: {_body(error)}")
 
     @staticmethod
     def _candidate(choice: Any, request: GenerationRequest) -> Candidate:

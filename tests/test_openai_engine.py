@@ -58,7 +58,7 @@ def served(tiny_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 @pytest.mark.slow
 def test_real_server_end_to_end(served) -> None:
     base_url, model = served
-    engine = OpenAIEngine(model, base_url=base_url, send_generation_config=True, backoff=0.01)
+    engine = OpenAIEngine(model, base_url=base_url, send_generation_config=True)
     result = engine.generate([GenerationRequest.chat(HELLO, n=3, temperature=1.0, max_new_tokens=5, seed=11)])[0]
     assert result.ok and len(result.candidates) == 3 and result.prompt_tokens
     assert engine.n_supported is False, "transformers serve ignores n: detected, filled by separate requests"
@@ -74,7 +74,7 @@ def test_real_server_end_to_end(served) -> None:
 @pytest.mark.slow
 def test_real_server_timeout_is_retried_then_recorded(served) -> None:
     base_url, model = served
-    engine = OpenAIEngine(model, base_url=base_url, timeout=0.01, max_retries=1, backoff=0.01)
+    engine = OpenAIEngine(model, base_url=base_url, timeout=0.01, max_retries=1)
     result = engine.generate([GenerationRequest.chat(HELLO, max_new_tokens=300)])[0]
     assert not result.ok and result.error.startswith("server_error after 2 attempts: APITimeoutError")
 
@@ -82,21 +82,25 @@ def test_real_server_timeout_is_retried_then_recorded(served) -> None:
 @pytest.mark.slow
 def test_real_server_error_is_retried_then_recorded(served) -> None:
     base_url, _ = served
-    engine = OpenAIEngine("no-such-org/no-such-model", base_url=base_url, max_retries=2, backoff=0.01)
+    engine = OpenAIEngine("no-such-org/no-such-model", base_url=base_url, max_retries=2)
     result = engine.generate([GenerationRequest.chat(HELLO, max_new_tokens=4)])[0]
     assert not result.ok and result.error.startswith("server_error after 3 attempts: InternalServerError")
 
 
 def test_unreachable_server_is_a_recorded_connection_error() -> None:
-    engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{_free_port()}/v1", max_retries=1, backoff=0.01)
+    engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{_free_port()}/v1", max_retries=1)
     assert "APIConnectionError" in engine.generate([GenerationRequest.chat(HELLO)])[0].error
 
 
 # --- scripted stub server: exact control over status codes -------------------------------------------------
 
 class Script:
-    def __init__(self, statuses: list[int], delay: float = 0.0):
+    """Answers with ``statuses`` in turn (then 200); a status may come with headers: ``(429, {"Retry-After": "1"})``.
+    Records each request body and the time it arrived."""
+
+    def __init__(self, statuses: list[int | tuple[int, dict[str, str]]], delay: float = 0.0):
         self.statuses, self.seen, self.delay = statuses, [], delay
+        self.arrived: list[float] = []
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
 
@@ -107,12 +111,14 @@ def _stub(script: Script):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with script.lock:
                 script.seen.append(body)
+                script.arrived.append(time.monotonic())
                 script.in_flight += 1
                 script.max_in_flight = max(script.max_in_flight, script.in_flight)
             time.sleep(script.delay)
             with script.lock:
                 script.in_flight -= 1
             status = script.statuses.pop(0) if script.statuses else 200
+            status, headers = status if isinstance(status, tuple) else (status, {})
             if status == 200:
                 n = body.get("n", 1)
                 payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -127,6 +133,8 @@ def _stub(script: Script):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
 
@@ -146,7 +154,7 @@ def test_retries_with_backoff(statuses: list[int], ok: bool, attempts: int) -> N
     script = Script(list(statuses))
     server = _stub(script)
     try:
-        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", max_retries=2, backoff=0.01)
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", max_retries=2)
         result = engine.generate([GenerationRequest.chat(HELLO, n=2)])[0]
     finally:
         server.shutdown()
@@ -156,11 +164,56 @@ def test_retries_with_backoff(statuses: list[int], ok: bool, attempts: int) -> N
         assert result.candidates[0].token_logprobs == [-0.5]
 
 
+def _run(script: Script, max_retries: int = 2, **request: object):
+    server = _stub(script)
+    try:
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", max_retries=max_retries)
+        return engine.generate([GenerationRequest.chat(HELLO, **request)])[0]
+    finally:
+        server.shutdown()
+
+
+def test_retry_after_is_honoured() -> None:
+    script = Script([(429, {"Retry-After": "1"})])
+    result = _run(script)
+    assert result.ok and len(script.seen) == 2
+    waited = script.arrived[1] - script.arrived[0]
+    assert 0.95 <= waited < 2.0, f"waited {waited:.2f} s for Retry-After: 1"
+
+
+def test_backoff_grows_from_half_a_second() -> None:
+    script = Script([503, 503])
+    assert _run(script).ok and len(script.seen) == 3
+    first, second = script.arrived[1] - script.arrived[0], script.arrived[2] - script.arrived[1]
+    assert 0.37 <= first <= 0.9 and 0.75 <= second <= 1.5, (first, second)  # 0.5 s, then 1 s, minus up to 25 %
+
+
+@pytest.mark.parametrize("status", [408, 409])
+def test_request_timeout_and_conflict_are_retried(status: int) -> None:
+    script = Script([status])
+    assert _run(script).ok and len(script.seen) == 2
+
+
+def test_other_client_errors_are_not_retried() -> None:
+    script = Script([422])
+    result = _run(script)
+    assert len(script.seen) == 1 and result.error.startswith("http_422: ")
+    script = Script([400])
+    result = _run(script)
+    assert len(script.seen) == 1 and result.error.startswith("bad_request: ")
+
+
+def test_out_of_retries_on_429_is_a_recorded_error() -> None:
+    script = Script([(429, {"Retry-After": "0.1"})] * 3)
+    result = _run(script, max_retries=2)
+    assert len(script.seen) == 3 and result.error.startswith("server_error after 3 attempts: RateLimitError")
+
+
 @pytest.mark.parametrize(("status", "message"), [(401, "authentication failed"), (404, "not found")])
 def test_auth_and_missing_model_are_clear_errors(status: int, message: str) -> None:
     server = _stub(Script([status]))
     try:
-        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", max_retries=2, backoff=0.01)
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", max_retries=2)
         with pytest.raises(EngineError, match=message):
             engine.generate([GenerationRequest.chat(HELLO)])
     finally:
