@@ -8,6 +8,9 @@ Inputs are FEVER-8 leaderboard CSVs (``id,claim,evi,label,split``) or AVeriTeC J
 ``prepare_leaderboard_submission.py`` does: one pair per answer, a Boolean answer followed by ". " and its
 explanation). A JSON record without an id gets its position, as FEVER-8 numbers dev claims.
 Rows are joined on the claim id; a gold claim without a prediction scores 0 and counts as wrong.
+``--ev2r true`` adds the Ev²R score (``ev2r_*`` keys) with an LLM judge: the judge is the engine options
+(``--engine --model …``, as ``veracity infer generate``), the prompt ``--ev2r_prompt``; see
+``veracity.infer.pipelines.aic.ev2r``.
 Writes ``metrics.json``, ``per_claim.jsonl`` and ``run_config.yaml``; bad input exits with status 2 and one line
 naming the file, line (or record) and field. Scoring itself is in ``veracity.infer.pipelines.aic.scoring``.
 """
@@ -199,26 +202,74 @@ def per_claim_rows(claims: Sequence[ClaimScore], gold: dict[str, ClaimRecord],
     return rows
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser
+    from veracity.infer.pipelines.aic.ev2r import Ev2RSettings
+    from veracity.models.engine import EngineConfig
+
+    return parser((AveritecEvalArgs, Ev2RSettings, EngineConfig), prog="veracity eval averitec")
+
+
+def evaluate_ev2r(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimRecord], settings: Any,
+                  engine_config: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ev²R on the first ``ev2r_max_claims`` gold claims; adds per-claim judge outcomes to ``rows``."""
+    from veracity.infer.pipelines.aic.ev2r import aggregate_ev2r, score_claims
+    from veracity.models.engine import make_engine
+
+    chosen = list(gold)[: settings.ev2r_max_claims] if settings.ev2r_max_claims else list(gold)
+    claims = []
+    for claim_id in chosen:
+        record, pred = gold[claim_id], predictions.get(claim_id)
+        claim_text = record.claim or (pred.claim if pred else "")
+        claims.append((claim_id, claim_text, record.label, record.pairs, pred.label if pred else None,
+                       pred.pairs if pred else []))
+    engine = make_engine(engine_config)
+    try:
+        scored = score_claims(engine, claims, settings)
+    finally:
+        engine.close()
+    by_id = {row["id"]: row for row in rows}
+    for claim in scored:
+        by_id[claim.id].update(ev2r_qa=claim.qa.to_dict(), ev2r_q_only=claim.q_only.to_dict(),
+                               ev2r_counted=claim.counted(settings.ev2r_threshold))
+    metrics = aggregate_ev2r(scored, settings.ev2r_threshold)
+    metrics["ev2r_judge"] = f"{engine_config.engine}:{engine_config.model}"
+    if metrics["ev2r_qa_judge_failures"] or metrics["ev2r_q_judge_failures"]:
+        logger.warning("Ev²R judge failed on %d (Q+A) and %d (Q-only) of %d claims: recorded, left out of the means",
+                       metrics["ev2r_qa_judge_failures"], metrics["ev2r_q_judge_failures"], len(scored))
+    return metrics
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.config import parse_config
     from veracity.rundir import write_run_config
 
-    (args,) = parse_config((AveritecEvalArgs,), argv, prog="veracity eval averitec")
+    args, ev2r_settings, engine_config = parse_config(make_parser(), argv)
     try:
         gold = read_claims(args.gold, "gold")
         predictions = read_claims(args.predictions, "predictions")
     except (DataError, OSError, UnicodeDecodeError) as error:
         print(f"veracity eval averitec: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    write_run_config(args.output_dir, args, job="eval averitec")
+    write_run_config(args.output_dir, args, *((ev2r_settings, engine_config) if ev2r_settings.ev2r else ()),
+                     job="eval averitec")
     started = time.perf_counter()
     metrics, claims = evaluate(gold, predictions, args.threshold, args.progress)
     metrics["seconds"] = round(time.perf_counter() - started, 1)
     if metrics["n_missing_predictions"]:
         logger.warning("%d gold claims have no prediction (scored 0, counted wrong)", metrics["n_missing_predictions"])
     out = Path(args.output_dir)
-    write_jsonl(out / "per_claim.jsonl", per_claim_rows(claims, gold, predictions))
+    rows = per_claim_rows(claims, gold, predictions)
+    if ev2r_settings.ev2r:
+        started = time.perf_counter()
+        metrics.update(evaluate_ev2r(gold, predictions, ev2r_settings, engine_config, rows))
+        metrics["ev2r_seconds"] = round(time.perf_counter() - started, 1)
+    write_jsonl(out / "per_claim.jsonl", rows)
     write_json(out / "metrics.json", metrics)
     print(" ".join(f"{key}={metrics[key]:.4f}" for key in
                    ("q_only", "qa", "old_averitec_score", "label_accuracy", "macro_f1")) + f" n={metrics['n']}")
+    if ev2r_settings.ev2r:
+        print(" ".join(f"{key}={metrics[key]:.4f}" if isinstance(metrics[key], float) else f"{key}={metrics[key]}"
+                       for key in ("ev2r_q_only_recall", "ev2r_qa_recall", "ev2r_new_averitec_score", "ev2r_n",
+                                   "ev2r_qa_judge_failures", "ev2r_q_judge_failures")))
     return metrics
