@@ -27,6 +27,7 @@ CONFIG_TYPES = {
     # jobs with make_parser(): the job says which dataclasses it reads
     "train/calibrator": ("veracity.train.calibrator",),
     "pipelines/r2vc": ("veracity.infer.pipelines.r2vc.run",),
+    "pipelines/uts": ("veracity.infer.pipelines.uts.run",),
     "pipelines/aic": ("veracity.infer.pipelines.aic.run",),
     "pipelines/sciclaimseekers": ("veracity.infer.pipelines.sciclaimseekers.run",),
 }
@@ -91,7 +92,7 @@ def test_unknown_and_not_yet_commands(capsys: pytest.CaptureFixture[str]) -> Non
     assert cli.main(["train"]) == 2
     assert "usage: veracity train {sft,dpo,merge,nli,calibrator}" in capsys.readouterr().err
     assert cli.main(["eval", "nonsense"]) == 2
-    assert "usage: veracity eval {retrieval,checkpoint,averitec,r2vc,sciclaim}" in capsys.readouterr().err
+    assert "usage: veracity eval {retrieval,checkpoint,averitec,r2vc,sciclaim,m4}" in capsys.readouterr().err
 
 
 def test_atomic_writer_keeps_the_old_file_on_failure(tmp_path: Path) -> None:

@@ -26,9 +26,10 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
               "sciclaim-collection": "veracity.infer.pipelines.sciclaimseekers.convert"},
     "@eval": {"retrieval": "veracity.infer.retrieval.evaluate", "checkpoint": "veracity.infer.checkpoint_eval",
               "averitec": "veracity.infer.eval.averitec", "r2vc": "veracity.infer.eval.r2vc",
-              "sciclaim": "veracity.infer.eval.sciclaim"},
+              "sciclaim": "veracity.infer.eval.sciclaim", "m4": "veracity.infer.eval.m4"},
     "@infer": {"generate": "veracity.infer.generate", "r2vc": "veracity.infer.pipelines.r2vc.run",
-               "sciclaim": "veracity.infer.pipelines.sciclaimseekers.run", "aic": "veracity.infer.pipelines.aic.run"},
+               "sciclaim": "veracity.infer.pipelines.sciclaimseekers.run", "aic": "veracity.infer.pipelines.aic.run",
+               "uts": "veracity.infer.pipelines.uts.run"},
     "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge",
                "nli": "veracity.train.nli", "calibrator": "veracity.train.calibrator"},
 }
