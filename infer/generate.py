@@ -2,12 +2,15 @@
 
 Usage: veracity infer generate --input items.jsonl --output_dir runs/gen [--template "Is it true? {claim}"]
                                [--engine transformers --model embedded] [--n 4 --temperature 0.7] [--shard 0/4]
-                               [--parse_json true] [--cache runs/gen/cache.sqlite] [--retry_errors true]
+                               [--parse_json true] [--json_schema schema.json] [--cache runs/gen/cache.sqlite]
+                               [--retry_errors true]
 
 Each item needs an ``id`` and ``messages`` (chat), ``prompt`` (raw text), or fields for ``--template`` (one user
 message). Writes ``predictions.jsonl`` (``predictions.shard-i-of-n.jsonl`` when sharded; resumes where it
 stopped), ``summary.json`` and ``run_config.yaml``. An empty item, a prompt beyond the context, or a server
 failure becomes an error record; with ``--parse_json`` every candidate carries ``parsed`` or ``parse_error``;
+``--json_schema`` constrains decoding to a JSON schema where the engine can (vLLM, OpenAI-compatible servers that
+accept ``response_format``), and the summary reports how many candidates still failed to parse.
 ``--retry_errors`` re-runs exactly the items whose last record is an error (the last record of an id wins). The
 input is read and checked before anything is written; one run at a time may write an output (a lock file).
 """
@@ -45,6 +48,8 @@ class GenerateArgs:
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the items."})
     requests_per_call: int = field(default=8, metadata={"help": "Items handed to the engine at once."})
     parse_json: bool = field(default=False, metadata={"help": "Parse each candidate as a JSON object."})
+    json_schema: str | None = field(default=None, metadata={
+        "help": "A JSON schema file: constrained decoding where the engine supports it (implies --parse_json)."})
     retry_errors: bool = field(default=False, metadata={"help": "Re-run the items whose last record is an error."})
     progress: bool = True
 
@@ -76,9 +81,27 @@ def build_request(item: dict[str, Any], args: GenerateArgs, params: SamplingPara
     raise ValueError("item has neither messages nor prompt, and no --template was given")
 
 
-def make_processor(engine: Engine, args: GenerateArgs):
+def load_schema(path: str | None) -> str | None:
+    """The schema file as canonical JSON text (what the request and its cache key carry); None without one."""
+    if not path:
+        return None
+    from veracity.data_prep.errors import DataError
+
+    try:
+        schema = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise DataError(path, None, f"cannot read the JSON schema ({error.strerror or error})") from None
+    except json.JSONDecodeError as error:
+        raise DataError(path, error.lineno, f"not a JSON schema: malformed JSON ({error.msg})") from None
+    if not isinstance(schema, dict):
+        raise DataError(path, None, "not a JSON schema: expected a JSON object")
+    return json.dumps(schema, sort_keys=True, ensure_ascii=False)
+
+
+def make_processor(engine: Engine, args: GenerateArgs, json_schema: str | None = None):
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p,
-                            max_new_tokens=args.max_new_tokens, seed=args.seed, stop=tuple(args.stop))
+                            max_new_tokens=args.max_new_tokens, seed=args.seed, stop=tuple(args.stop),
+                            json_schema=json_schema)
 
     def process(items: Sequence[dict[str, Any]]) -> list[Any]:
         outcomes: list[Any] = [None] * len(items)
@@ -96,7 +119,7 @@ def make_processor(engine: Engine, args: GenerateArgs):
             candidates = []
             for c in result.candidates:
                 record = c.to_dict()
-                if args.parse_json:
+                if args.parse_json or json_schema:
                     parsed = extract_json_object(c.text)
                     record.update(parsed=parsed.value, parse_error=parsed.error)
                 candidates.append(record)
@@ -118,17 +141,40 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out = Path(args.output_dir)
     name = "predictions.jsonl" if shard[1] == 1 else f"predictions.shard-{shard[0]}-of-{shard[1]}.jsonl"
     items = [row for _, row in read_jsonl(args.input)]  # a bad line is a DataError before anything is written
+    schema = load_schema(args.json_schema)
     out.mkdir(parents=True, exist_ok=True)
     with output_lock(out / name):  # a refused second run must not overwrite the running one's record either
         write_run_config(out, args, engine_config, job="infer generate")
         engine = make_engine(engine_config)
         try:
-            summary = run_batch(items, make_processor(engine, args), out / name, id_field=args.id_field,
+            summary = run_batch(items, make_processor(engine, args, schema), out / name, id_field=args.id_field,
                                 shard=shard, batch_size=args.requests_per_call, progress=args.progress,
                                 retry_errors=args.retry_errors, take_lock=False)
         finally:
             engine.close()
+    report = summary.to_dict()
+    if args.parse_json or schema:
+        report["parsing"] = parse_failures(out / name)
+        print(f"parse failures: {report['parsing']['failures']} of {report['parsing']['candidates']} candidates")
     print(summary)
-    write_json(out / "summary.json", summary.to_dict())
+    write_json(out / "summary.json", report)
     logger.info("wrote %s", out / name)
-    return json.loads(json.dumps(summary.to_dict()))
+    return json.loads(json.dumps(report))
+
+
+def parse_failures(path: Path) -> dict[str, Any]:
+    """How many candidates of the output (the last record of each id) did not parse, by reason."""
+    from collections import Counter
+
+    from veracity.infer.batch import latest_records
+
+    reasons: Counter[str] = Counter()
+    total = 0
+    for record in latest_records(path):
+        for candidate in (record.get("result") or {}).get("candidates", []) if record["status"] == "ok" else []:
+            total += 1
+            if candidate.get("parse_error"):
+                reasons[candidate["parse_error"]] += 1
+    failures = sum(reasons.values())
+    return {"candidates": total, "failures": failures, "rate": round(failures / total, 4) if total else None,
+            "reasons": dict(sorted(reasons.items()))}

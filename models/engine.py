@@ -8,6 +8,7 @@ Backends: ``transformers`` (local, the embedded default), ``openai`` (any OpenAI
 
 from __future__ import annotations
 
+import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -28,6 +29,10 @@ class SamplingParams:
     seed: int | None = 0
     stop: tuple[str, ...] = ()
     logprobs: bool = True
+    # A JSON schema (as JSON text) the answer must follow, where the backend can constrain decoding to it (vLLM
+    # structured outputs, response_format json_schema on servers that accept it); elsewhere it is not enforced,
+    # so the caller's strict parser stays the final check.
+    json_schema: str | None = None
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -39,9 +44,19 @@ class SamplingParams:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         object.__setattr__(self, "stop", tuple(self.stop))
+        if self.json_schema is not None:
+            try:
+                schema = json.loads(self.json_schema)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"json_schema is not valid JSON: {error}") from None
+            if not isinstance(schema, dict):
+                raise ValueError("json_schema must be a JSON object (a JSON schema)")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "stop": list(self.stop)}
+        data = {**asdict(self), "stop": list(self.stop)}
+        if self.json_schema is None:  # absent, not null: cache keys of requests without a schema stay as they were
+            del data["json_schema"]
+        return data
 
 
 @dataclass(frozen=True)

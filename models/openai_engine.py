@@ -8,7 +8,10 @@ becomes that request's error result; the batch goes on.
 
 Servers differ: some ignore ``n`` or ``logprobs`` (``transformers serve`` ignores both). When a server returns fewer
 choices than asked, the rest are requested one by one with distinct seeds; log-probabilities the server does not
-give are reported as unavailable (None), never as zeros.
+give are reported as unavailable (None), never as zeros. A request with a ``json_schema`` asks chat servers for
+``response_format: {"type": "json_schema", ...}`` (constrained decoding on vLLM, SGLang, llama.cpp, OpenAI); a server
+that rejects the field with a 400 naming it is detected on first use, and the rest go without (the caller's strict
+parser stays the final check either way).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class OpenAIEngine(Engine):
         self.max_retries, self.concurrency = max_retries, max(1, concurrency)
         self.send_generation_config = send_generation_config
         self.n_supported: bool | None = None  # learned from the first answer with n > 1
+        self.json_schema_supported: bool | None = None  # learned from the first request with a json_schema
         self._lock = threading.Lock()
 
     @property
@@ -99,8 +103,27 @@ class OpenAIEngine(Engine):
             return self._with_retries(lambda: self.client.completions.create(prompt=request.prompt, **common))
         if p.logprobs:
             common["logprobs"] = True
-        return self._with_retries(
-            lambda: self.client.chat.completions.create(messages=list(request.messages), **common))
+
+        def chat() -> Any:
+            return self._with_retries(
+                lambda: self.client.chat.completions.create(messages=list(request.messages), **common))
+
+        if p.json_schema is None or self.json_schema_supported is False:
+            return chat()
+        common["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "answer", "schema": json.loads(p.json_schema), "strict": True}}
+        try:
+            response = chat()
+        except _SchemaRejected as rejected:
+            with self._lock:
+                if self.json_schema_supported is not False:
+                    logger.warning("%s does not accept response_format json_schema (%s): decoding unconstrained, "
+                                   "the parser checks the answers", self.base_url, rejected)
+                self.json_schema_supported = False
+            del common["response_format"]
+            return chat()
+        self.json_schema_supported = True
+        return response
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
         """``call()`` (the SDK retries inside it); the errors that remain, mapped to what a user can act on."""
@@ -115,6 +138,8 @@ class OpenAIEngine(Engine):
             raise EngineError(f"{self.base_url}: model {self.model!r} or endpoint not found: {error}") from error
         except o.BadRequestError as error:
             detail = _body(error)
+            if "response_format" in detail or "json_schema" in detail:
+                raise _SchemaRejected(f"bad_request: {detail}") from error
             if "model" in detail.lower():
                 raise EngineError(f"{self.base_url}: the server rejects model {self.model!r}: {detail}") from error
             raise _GaveUp(f"bad_request: {detail}") from error
@@ -155,3 +180,7 @@ def _body(error: Any) -> str:
 
 class _GaveUp(Exception):
     """This request failed for good; it becomes a result with an error (the batch goes on)."""
+
+
+class _SchemaRejected(_GaveUp):
+    """The server refused the ``response_format`` json_schema field (it may answer without it)."""

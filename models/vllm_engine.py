@@ -6,11 +6,13 @@ vLLM batches the requests of *one* call (continuous batching inside ``LLM.genera
 calls made one after another run one after another. So a batch of requests is one call — chats through
 ``LLM.chat``, raw prompts through ``LLM.generate`` — with a list of per-request ``SamplingParams`` in request
 order. A call that fails (e.g. one prompt longer than the context) is retried request by request, so only the bad
-request gets an error result.
+request gets an error result. A request's ``json_schema`` becomes vLLM structured outputs (decoding constrained to
+the schema: ``StructuredOutputsParams(json=...)``, or ``GuidedDecodingParams`` on older vLLM).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,13 +32,15 @@ logger = logging.getLogger(__name__)
 
 
 class VLLMEngine(Engine):
-    """``llm`` and ``sampling_params`` replace vLLM's ``LLM`` object and ``SamplingParams`` class (tests stand in
-    objects that record the calls; vLLM does not install on CPU machines)."""
+    """``llm``, ``sampling_params`` and ``structured`` (schema → extra SamplingParams arguments) replace vLLM's
+    ``LLM`` object, ``SamplingParams`` class and structured-output parameters (tests stand in objects that record
+    the calls; vLLM does not install on CPU machines)."""
 
     kind = "vllm"
 
     def __init__(self, model: str = "real", dtype: str = "auto", *, llm: Any = None,
-                 sampling_params: Callable[..., Any] | None = None, **llm_kwargs: object):
+                 sampling_params: Callable[..., Any] | None = None,
+                 structured: Callable[[dict[str, Any]], dict[str, Any]] | None = None, **llm_kwargs: object):
         self.folder = resolve_model("chat_lm", model)
         if llm is None or sampling_params is None:
             try:
@@ -47,6 +51,7 @@ class VLLMEngine(Engine):
             llm = llm if llm is not None else vllm.LLM(model=str(self.folder), dtype=dtype, **llm_kwargs)
             sampling_params = sampling_params or vllm.SamplingParams
         self.llm, self._sampling_params = llm, sampling_params
+        self._structured = structured or _vllm_structured
         # The cache key, as for the transformers engine: the weights by content and the dtype they run in.
         self._model_id = f"vllm:{self.folder}#{model_fingerprint(self.folder)}@{dtype}"
 
@@ -55,8 +60,10 @@ class VLLMEngine(Engine):
         return self._model_id
 
     def sampling(self, p: SamplingParams) -> Any:
+        extra = self._structured(json.loads(p.json_schema)) if p.json_schema else {}
         return self._sampling_params(n=p.n, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_new_tokens,
-                                     seed=p.seed, stop=list(p.stop) or None, logprobs=0 if p.logprobs else None)
+                                     seed=p.seed, stop=list(p.stop) or None, logprobs=0 if p.logprobs else None,
+                                     **extra)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         results: list[GenerationResult | None] = [None] * len(requests)
@@ -90,6 +97,18 @@ class VLLMEngine(Engine):
     def _complete(self, batch: list[GenerationRequest]) -> list[Any]:
         return self.llm.generate([r.prompt for r in batch], [self.sampling(r.params) for r in batch],
                                  use_tqdm=False)
+
+
+def _vllm_structured(schema: dict[str, Any]) -> dict[str, Any]:
+    """SamplingParams arguments that constrain decoding to ``schema`` (older vLLM names them guided_decoding)."""
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        return {"structured_outputs": StructuredOutputsParams(json=schema)}
+    except ImportError:
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(json=schema)}
 
 
 def _result(output: Any) -> GenerationResult:

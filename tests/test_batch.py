@@ -259,3 +259,27 @@ def test_generate_on_a_torn_input_line_exits_2_and_writes_nothing(tmp_path: Path
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {source}:2: malformed JSON") and len(err.splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_generate_json_schema_reports_parse_failures_and_a_bad_schema_exits_2(tiny_lm_dir: Path, tmp_path: Path,
+                                                                               capsys) -> None:
+    from veracity import cli
+    from veracity.infer.generate import main
+
+    source, out = tmp_path / "items.jsonl", tmp_path / "run"
+    source.write_text(json.dumps({"id": "a", "claim": "The sky is blue."}) + "\n")
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"label": {"type": "string"}}}))
+    summary = main(_generate_args(source, out, tiny_lm_dir)[2:] + ["--json_schema", str(schema), "--n", "2",
+                                                                 "--temperature", "0.7"])
+    # transformers cannot constrain decoding: the schema is carried, and the parser reports what failed
+    assert summary["parsing"] == {"candidates": 2, "failures": 2, "rate": 1.0, "reasons": {"no_json_object": 2}}
+    record = json.loads((out / "predictions.jsonl").read_text())
+    assert all(c["parse_error"] == "no_json_object" for c in record["result"]["candidates"])
+    schema.write_text("{not json")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        cli.main(_generate_args(source, tmp_path / "other", tiny_lm_dir) + ["--json_schema", str(schema)])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip().startswith(f"error: {schema}:1: not a JSON schema: malformed JSON")
+    assert not (tmp_path / "other").exists()

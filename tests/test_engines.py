@@ -30,6 +30,20 @@ def test_greedy_batched_equals_one_at_a_time(engine: TransformersEngine) -> None
         assert b.candidates[0].token_logprobs == pytest.approx(s.candidates[0].token_logprobs, abs=1e-4)
 
 
+def test_token_logprobs_equal_a_teacher_forced_forward_pass(engine: TransformersEngine) -> None:
+    import torch
+
+    request = GenerationRequest.chat(HELLO, n=2, temperature=1.0, max_new_tokens=5, seed=3)
+    for candidate in engine.generate([request])[0].candidates:
+        prompt = engine.encode(request)
+        tokens = engine.tokenizer(candidate.text, add_special_tokens=False)["input_ids"][: candidate.num_tokens]
+        ids = torch.tensor([prompt + tokens])
+        with torch.no_grad():
+            logits = engine.model(ids).logits[0, len(prompt) - 1 : -1].float().log_softmax(-1)
+        expected = [logits[k, t].item() for k, t in enumerate(tokens)]
+        assert candidate.token_logprobs[: len(tokens)] == pytest.approx(expected, abs=1e-4)
+
+
 def test_n_candidates_logprobs_and_finish_reason(engine: TransformersEngine) -> None:
     result = engine.generate([GenerationRequest.chat(HELLO, n=4, temperature=1.0, max_new_tokens=5, seed=7)])[0]
     assert len(result.candidates) == 4 and result.prompt_tokens and result.prompt_tokens > 5
@@ -213,3 +227,16 @@ def test_json_extraction(text: str, value: dict) -> None:
 def test_malformed_model_output_is_a_clear_failure(text: str, error: str) -> None:
     result = parse_json_answer(text, {"label": str})
     assert not result.ok and result.value is None and result.error.startswith(error)
+
+
+def test_json_schema_enters_the_cache_key_only_when_set(tiny_lm_dir: Path) -> None:
+    from veracity.models.cache import request_key
+
+    engine = TransformersEngine(str(tiny_lm_dir))
+    plain = GenerationRequest.chat(HELLO)
+    assert "json_schema" not in plain.params.to_dict(), "requests without a schema keep their cache keys"
+    keys = {request_key(engine, GenerationRequest.chat(HELLO, json_schema=s))
+            for s in ('{"type": "object"}', '{"type": "object", "required": ["label"]}')}
+    assert len(keys) == 2 and request_key(engine, plain) not in keys
+    with pytest.raises(ValueError, match="json_schema must be a JSON object"):
+        SamplingParams(json_schema="[1]")

@@ -98,8 +98,10 @@ class Script:
     """Answers with ``statuses`` in turn (then 200); a status may come with headers: ``(429, {"Retry-After": "1"})``.
     Records each request body and the time it arrived."""
 
-    def __init__(self, statuses: list[int | tuple[int, dict[str, str]]], delay: float = 0.0):
+    def __init__(self, statuses: list[int | tuple[int, dict[str, str]]], delay: float = 0.0,
+                 reject_response_format: bool = False):
         self.statuses, self.seen, self.delay = statuses, [], delay
+        self.reject_response_format = reject_response_format
         self.arrived: list[float] = []
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
@@ -119,6 +121,8 @@ def _stub(script: Script):
                 script.in_flight -= 1
             status = script.statuses.pop(0) if script.statuses else 200
             status, headers = status if isinstance(status, tuple) else (status, {})
+            if script.reject_response_format and "response_format" in body:
+                status = 400
             if status == 200:
                 n = body.get("n", 1)
                 payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -127,6 +131,9 @@ def _stub(script: Script):
                                         "logprobs": {"content": [{"token": "a", "logprob": -0.5, "bytes": None,
                                                                   "top_logprobs": []}]}} for i in range(n)],
                            "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8}}
+            elif script.reject_response_format and "response_format" in body:
+                payload = {"error": {"message": "Unrecognized request argument supplied: response_format",
+                                     "type": "invalid_request_error"}}
             else:
                 payload = {"error": {"message": f"status {status}", "type": "x"}}
             data = json.dumps(payload).encode()
@@ -241,3 +248,36 @@ def test_vllm_engine_generates() -> None:
     engine = VLLMEngine("real")
     result = engine.generate([GenerationRequest.chat(HELLO, n=2, temperature=0.7, max_new_tokens=8)])[0]
     assert len(result.candidates) == 2 and result.candidates[0].token_logprobs
+
+
+SCHEMA = json.dumps({"type": "object", "properties": {"label": {"enum": ["SUPPORTS", "REFUTES"]}},
+                     "required": ["label"]})
+
+
+def test_json_schema_goes_as_response_format_where_the_server_accepts_it() -> None:
+    script = Script([])
+    server = _stub(script)
+    try:
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1")
+        result = engine.generate([GenerationRequest.chat(HELLO, json_schema=SCHEMA)])[0]
+        plain = engine.generate([GenerationRequest.chat(HELLO)])[0]
+    finally:
+        server.shutdown()
+    assert result.ok and plain.ok and engine.json_schema_supported is True
+    assert script.seen[0]["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "answer", "schema": json.loads(SCHEMA), "strict": True}}
+    assert "response_format" not in script.seen[1], "no schema, no response_format"
+
+
+def test_a_server_that_rejects_response_format_is_detected_once() -> None:
+    script = Script([], reject_response_format=True)
+    server = _stub(script)
+    try:
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", concurrency=1)
+        first = engine.generate([GenerationRequest.chat(HELLO, json_schema=SCHEMA)])[0]
+        later = engine.generate([GenerationRequest.chat(HELLO, json_schema=SCHEMA)] * 2)
+    finally:
+        server.shutdown()
+    assert first.ok and all(r.ok for r in later) and engine.json_schema_supported is False
+    assert ["response_format" in body for body in script.seen] == [True, False, False, False], \
+        "rejected once (a 400, not retried), then asked without it"

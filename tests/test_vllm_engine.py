@@ -23,6 +23,7 @@ class FakeSampling:
     seed: int | None
     stop: list[str] | None
     logprobs: int | None
+    structured_outputs: Any = None
 
 
 @dataclass
@@ -123,3 +124,15 @@ def test_without_vllm_the_engine_says_how_to_get_it(tiny_lm_dir: Path) -> None:
             VLLMEngine(str(tiny_lm_dir))
     else:
         pytest.skip("vLLM is installed here")
+
+
+def test_json_schema_becomes_structured_outputs(tiny_lm_dir: Path) -> None:
+    llm = RecordingLLM()
+    engine = VLLMEngine(str(tiny_lm_dir), llm=llm, sampling_params=FakeSampling,
+                        structured=lambda schema: {"structured_outputs": ("json", schema)})
+    schema = '{"properties": {"label": {"type": "string"}}, "type": "object"}'
+    engine.generate([GenerationRequest.chat([{"role": "user", "content": "q"}], json_schema=schema),
+                     GenerationRequest.chat([{"role": "user", "content": "q"}])])
+    (_, _, params), = llm.calls
+    assert params[0].structured_outputs == ("json", {"properties": {"label": {"type": "string"}}, "type": "object"})
+    assert params[1].structured_outputs is None
