@@ -382,3 +382,44 @@ def test_pipeline_retries_then_records_failures_without_filling(tmp_path: Path, 
     predictions = json.loads((out / "predictions.json").read_text())
     assert predictions[0]["evidence"][0]["question"] == "Who wrote it?" and predictions[0]["pred_label"] == "Refuted"
     assert [json.loads(line)["id"] for line in (out / "failures.jsonl").read_text().splitlines()] == ["1"]
+
+
+# --- the command line ----------------------------------------------------------------------------------------------
+
+
+def test_infer_aic_command_end_to_end_on_tiny_models(data_root: Path, tmp_path: Path, tiny_encoder_dir: Path,
+                                                     tiny_lm_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from veracity import cli
+    from veracity.data_prep.prepare import PrepConfig, prepare
+    from veracity.models.nltk_data import ensure_nltk_data
+
+    ensure_nltk_data(tmp_path / "cache" / "nltk_data")
+    monkeypatch.setenv("VERACITY_CACHE", str(tmp_path / "cache"))
+    prepared = tmp_path / "prep"
+    prepare(PrepConfig(data_root=str(data_root), output_dir=str(prepared), datasets=["averitec"]))
+    out = tmp_path / "run"
+    args = ["infer", "aic", "--config", "configs/pipelines/aic_embedded.yaml", "--prepared_dir", str(prepared),
+            "--embedder", str(tiny_encoder_dir), "--model", str(tiny_lm_dir), "--answer_prefix", "",
+            "--max_new_tokens", "8", "--cache", "", "--output_dir", str(out), "--progress", "false"]
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert cli.main(args) == 0
+    # the tiny model (1024 positions, one token per byte) cannot hold the prompt: both claims are recorded
+    # failures, not retried (the prompt would not fit on a retry either) and never filled in
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert sorted(f["id"] for f in failures) == ["0", "2"] and all(len(f["attempts"]) == 1 for f in failures)
+    assert all(f["failure"].startswith("generation: context_overflow") for f in failures)
+    assert (out / "submission.csv").read_text() == "id,claim,evi,label,split\n"
+    assert json.loads((out / "predictions.json").read_text()) == []
+    assert sorted(p.name for p in (out / "store").iterdir()) == ["0.json", "2.json"]
+    assert (out / "index_cache" / "0" / "index.faiss").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failed"] == 2 and set(summary["seconds_per_claim"]) == {"index", "retrieval", "few_shot",
+                                                                             "generation", "total"}
+    assert summary["store"]["claims_without_gold_evidence"] == 1  # dev-2 has no QA: not in gold.json
+    metrics = json.loads((out / "eval" / "metrics.json").read_text())
+    assert metrics["n"] == 1 and metrics["n_missing_predictions"] == 1 and metrics["old_averitec_score"] == 0.0
+    # a store that does not exist: one line naming it, exit code 2
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*args, "--knowledge_store", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "r2")])
+    assert exit_info.value.code == 2 and "nowhere" in capsys.readouterr().err

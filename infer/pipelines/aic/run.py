@@ -111,6 +111,24 @@ def write_outputs(out: Path, records: list[dict[str, Any]]) -> dict[str, int]:
     return {"answered": len(answered), "failed": len(failures)}
 
 
+def retrieval_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """How much of what was retrieved came from the claim's own documents (proxy stores mark them)."""
+    results = [r["result"] for r in records if r["status"] == "ok"]
+    if not results:
+        return {}
+    n = len(results)
+    return {"claims": n, "mean_chunks": round(sum(r["n_chunks"] for r in results) / n, 2),
+            "mean_sources": round(sum(len(r["sources"]) for r in results) / n, 2),
+            "mean_own_sources": round(sum(r["own_sources"] for r in results) / n, 2),
+            "claims_with_an_own_source": round(sum(r["own_sources"] > 0 for r in results) / n, 4)}
+
+
+def seconds_per_claim(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean seconds per claim of each stage over every recorded claim (resumed runs included)."""
+    results = [r["result"] for r in records if r["status"] == "ok"]
+    return {s: round(sum(r["seconds"][s] for r in results) / max(len(results), 1), 3) for s in STAGES}
+
+
 def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
     """Run AIC with parsed settings (what ``main`` does after parsing)."""
     from veracity.data_prep.errors import DataError
@@ -140,7 +158,9 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
         print(f"veracity infer aic: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     items = [{"id": store_claim_id(c.id), "record_id": c.id, "claim": c.claim, "gold": c.label} for c in targets]
-    write_json(out / "gold.json", [gold_record(c) for c in targets])
+    # a claim without gold QA pairs has no evidence score (the scorer refuses it): it runs, but is not in gold.json
+    write_json(out / "gold.json", [gold_record(c) for c in targets if any(p.answers for p in c.questions)])
+    store_report["claims_without_gold_evidence"] = sum(not any(p.answers for p in c.questions) for c in targets)
     name = "records.jsonl" if shard[1] == 1 else f"records.shard-{shard[0]}-of-{shard[1]}.jsonl"
     pipeline = AICPipeline(config, engine_config, store, train)
     try:
@@ -148,14 +168,15 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
                             progress=config.progress)
     finally:
         pipeline.close()
-    counts = write_outputs(out, read_records(out))
-    claims = max(pipeline.claims_seen, 1)
-    report = {**summary.to_dict(), **counts, "store": store_report,
-              "seconds_per_claim": {s: round(pipeline.seconds[s] / claims, 3) for s in STAGES},
+    records = read_records(out)
+    counts = write_outputs(out, records)
+    report = {**summary.to_dict(), **counts, "store": store_report, "retrieval": retrieval_stats(records),
+              "seconds_per_claim": seconds_per_claim(records),
               "indexes_built": pipeline.indexes.built, "indexes_reused": pipeline.indexes.reused}
     report["seconds_per_claim"]["total"] = round(sum(report["seconds_per_claim"].values()), 3)
     write_json(out / "summary.json", report)
     print(summary)
+    print(f"retrieval: {report['retrieval']}")
     print(f"answered {counts['answered']}, failed {counts['failed']}; seconds per claim: " +
           ", ".join(f"{k} {v:.2f}" for k, v in report["seconds_per_claim"].items()))
     if shard[1] == 1 and config.evaluate:
