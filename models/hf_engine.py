@@ -111,8 +111,12 @@ class TransformersEngine(Engine):
             torch.manual_seed(params.seed)
         out = self.model.generate(**batch, **kwargs)
         generated = out.sequences[:, batch["input_ids"].shape[1] :]
-        # Log-probabilities under the model itself (raw logits), not under the temperature-warped sampler.
-        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1) if params.logprobs else None
+        # Log-probabilities under the model itself (raw logits), not under the temperature-warped sampler; only the
+        # generated token's, step by step (a full (rows, steps, vocab) log-softmax costs GBs for 12 candidates).
+        logprobs = None
+        if params.logprobs:
+            logprobs = torch.stack([step.float().gather(1, generated[:, k : k + 1]).squeeze(1)
+                                    - step.float().logsumexp(-1) for k, step in enumerate(out.logits)], dim=1)
         results = []
         for p, prompt in enumerate(prompts):
             candidates = []
@@ -139,6 +143,6 @@ class TransformersEngine(Engine):
             text, stopped = text[: min(hits)], True
         token_logprobs = None
         if logprobs is not None:
-            token_logprobs = finite_or_none([logprobs[k, t].item() for k, t in enumerate(scored)])
+            token_logprobs = finite_or_none(logprobs[: len(scored)].tolist())
         return Candidate(text=text, finish_reason="stop" if stopped else "length", token_logprobs=token_logprobs,
                          num_tokens=len(scored))

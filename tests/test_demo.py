@@ -18,7 +18,7 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
           "--nli_quick_steps", "1"])
     out = capsys.readouterr().out
     for stage in ("== 1. data preparation", "== 2. embedded models", "== 3. retrieval", "== 4. offline batch",
-                  "== 5. training"):
+                  "== 5. training", "== 6. R2VC"):
         assert stage in out
     assert (tmp_path / "demo" / "run_config.yaml").exists()
     assert json.loads((tmp_path / "demo" / "prep" / "manifest.json").read_text())["outputs"]
@@ -30,3 +30,8 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     assert (tmp_path / "demo" / "sft" / "adapter" / "adapter_model.safetensors").exists()
     assert "QUICK version" in out and "41.94 M trainable" in out
     assert json.loads((tmp_path / "demo" / "nli_eval" / "metrics.json").read_text())
+    for run in ("full", "nli_only"):  # R2VC written like any `infer r2vc` run
+        metrics = json.loads((tmp_path / "demo" / "r2vc" / run / "metrics.json").read_text())
+        assert metrics["n"] > 0 and 0.0 <= metrics["coverage"] <= 1.0
+        assert (tmp_path / "demo" / "r2vc" / run / "risk_coverage.png").exists()
+    assert "| full |" in out and "| nli_only |" in out

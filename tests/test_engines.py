@@ -30,18 +30,28 @@ def test_greedy_batched_equals_one_at_a_time(engine: TransformersEngine) -> None
         assert b.candidates[0].token_logprobs == pytest.approx(s.candidates[0].token_logprobs, abs=1e-4)
 
 
-def test_token_logprobs_equal_a_teacher_forced_forward_pass(engine: TransformersEngine) -> None:
+def test_token_logprobs_equal_a_teacher_forced_forward_pass(engine: TransformersEngine,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
+    seen = {}
+    generate = engine.model.generate
+
+    def recording(**kwargs):
+        out = generate(**kwargs)
+        seen["sequences"] = out.sequences
+        return out
+
+    monkeypatch.setattr(engine.model, "generate", recording)
     request = GenerationRequest.chat(HELLO, n=2, temperature=1.0, max_new_tokens=5, seed=3)
-    for candidate in engine.generate([request])[0].candidates:
-        prompt = engine.encode(request)
-        tokens = engine.tokenizer(candidate.text, add_special_tokens=False)["input_ids"][: candidate.num_tokens]
-        ids = torch.tensor([prompt + tokens])
+    candidates = engine.generate([request])[0].candidates
+    prompt_length = len(engine.encode(request))
+    for candidate, sequence in zip(candidates, seen["sequences"], strict=True):
         with torch.no_grad():
-            logits = engine.model(ids).logits[0, len(prompt) - 1 : -1].float().log_softmax(-1)
-        expected = [logits[k, t].item() for k, t in enumerate(tokens)]
-        assert candidate.token_logprobs[: len(tokens)] == pytest.approx(expected, abs=1e-4)
+            logits = engine.model(sequence[None]).logits[0].float().log_softmax(-1)
+        expected = [logits[prompt_length + k - 1, sequence[prompt_length + k]].item()
+                    for k in range(candidate.num_tokens)]
+        assert candidate.token_logprobs == pytest.approx(expected, abs=1e-4)
 
 
 def test_n_candidates_logprobs_and_finish_reason(engine: TransformersEngine) -> None:

@@ -32,6 +32,9 @@ class R2VCConfig:
     claims_per_call: int = field(default=8, metadata={"help": "Claims per generator / verifier call."})
     retry_errors: bool = field(default=False, metadata={"help": "Re-run the claims whose last record is an error."})
     progress: bool = True
+    inject: str | None = field(default=None, metadata={
+        "help": "Probe: append this sentence to every evidence passage (e.g. an instruction aimed at the model), "
+                "to measure how often decisions flip (bench/r2vc_injection.py)."})
     # --- retrieval (sources without their own evidence) ----------------------------------------------------
     top_k: int = field(default=5, metadata={"help": "Evidence passages kept per claim from retrieval (the pool K)."})
     alpha: float = field(default=0.5, metadata={"help": "BM25 weight of the min–max α-fusion (SPEC §1)."})

@@ -182,6 +182,9 @@ class R2VCPipeline:
         items = [dict(item) for item in items]
         t0 = time.perf_counter()
         self._retrieve(items)
+        if self.config.inject:  # the prompt-injection probe: the same sentence at the end of every passage
+            for item in items:
+                item["passages"] = [{**p, "text": f"{p['text']} {self.config.inject}"} for p in item["passages"]]
         t1 = time.perf_counter()
         results: list[GenerationResult | None] = [None] * len(items)
         if self.engine is not None:
