@@ -161,6 +161,27 @@ def test_eval_job_writes_metrics_and_table(bench: Path, tmp_path: Path, tiny_enc
     table = (tmp_path / "run" / "results.md").read_text()
     assert "| BM25 |" in table and "mrr@5" in table
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["toy"]["best_alpha"] in (0.2, 0.8)
+    # TREC run files, qrels and per-query metrics, as IR tools read them
+    run = tmp_path / "run"
+    assert (run / "trec" / "toy.qrels").read_text().splitlines() == [
+        "q1 0 d01 1", "q2 0 d07 1", "q3 0 d09 1", "q4 0 d04 1", "q4 0 d12 1"]
+    bm25 = [line.split() for line in (run / "trec" / "toy" / "BM25.run").read_text().splitlines()]
+    assert all(len(cols) == 6 and cols[1] == "Q0" and cols[5] == "BM25" for cols in bm25)
+    q1 = [cols for cols in bm25 if cols[0] == "q1"]
+    assert [int(c[3]) for c in q1] == list(range(1, len(q1) + 1)) and q1[0][2] == "d01"
+    assert [float(c[4]) for c in q1] == sorted((float(c[4]) for c in q1), reverse=True)
+    assert {p.name for p in (run / "trec" / "toy").iterdir()} == {
+        "BM25.run", "dense.run", "alpha_0.2.run", "alpha_0.8.run", "RRF_k_60.run",
+        f"alpha_star_{toy['best_alpha']:g}_tuned_on_train.run"}
+    per_query = [json.loads(line) for line in (run / "per_query" / "toy.jsonl").read_text().splitlines()]
+    assert len(per_query) == 4 * 6
+    bm25_ndcg = [r["ndcg@10"] for r in per_query if r["configuration"] == "BM25"]
+    assert sum(bm25_ndcg) / 4 == pytest.approx(toy["rows"]["BM25"]["ndcg@10"], abs=1e-6)
+    significance = toy["significance"]
+    best = significance["reference"]
+    assert toy["rows"][best]["ndcg@10"] == max(r["ndcg@10"] for r in toy["rows"].values())
+    assert significance["p"][best] == 1.0 and all(0 < p <= 1 for p in significance["p"].values())
+    assert "| p vs best |" in table and "≈: the ndcg@10 difference from the best row" in table
 
 
 def test_embeddings_are_reused_for_another_faiss_configuration(index_dir: Path, bench: Path, tmp_path: Path,
@@ -178,3 +199,17 @@ def test_embeddings_are_reused_for_another_faiss_configuration(index_dir: Path, 
     other.write_text((bench / "toy_corpus.jsonl").read_text().replace("Paris", "Lyon"))
     with pytest.raises(IndexMismatchError, match="another corpus"):
         build_index(other, tmp_path / "x", settings, encoder=encoder)
+
+
+def test_paired_randomization_test_by_hand() -> None:
+    from veracity.infer.retrieval.metrics import paired_randomization_test
+
+    # 3 queries, every difference +1: of the 8 sign flips, only all-plus and all-minus reach |mean| 1 → p = 2/8
+    assert paired_randomization_test([1, 1, 1], [0, 0, 0]) == 0.25
+    assert paired_randomization_test([0.5, 0.2], [0.5, 0.2]) == 1.0  # no difference at all
+    # differences (1, -1, 0, 2): |mean| 0.5; flips reaching >= 0.5: those where the ±1 and 2 signs give |sum| >= 2
+    by_hand = sum(abs(a - b + 2 * c) >= 2 for a in (1, -1) for b in (1, -1) for c in (1, -1)) / 8
+    assert paired_randomization_test([1, 0, 0.3, 2], [0, 1, 0.3, 0]) == by_hand == 0.75
+    # 40 queries, all +0.1: the Monte Carlo p is its floor 1/(samples+1); order of a and b does not matter
+    assert paired_randomization_test([0.1] * 40, [0.0] * 40, samples=999) == 1 / 1000
+    assert paired_randomization_test([0.0] * 40, [0.1] * 40, samples=999) == 1 / 1000

@@ -5,12 +5,17 @@ Usage: veracity eval retrieval [--config configs/retrieval/benchmarks.yaml] [--b
 For each benchmark (``<prepared_dir>/<name>_corpus.jsonl`` + ``<name>_queries.jsonl``) it builds (or reuses) the
 index, retrieves once per retriever, and scores BM25, dense, α-fusion for each α, α* (the α with the best
 nDCG@10 on the *tuning* split, so the reported split is never tuned on), RRF, and the reranked variants.
-Writes ``metrics.json`` and ``results.md`` (one Markdown table per benchmark) in the run directory.
+Writes ``metrics.json`` and ``results.md`` (one Markdown table per benchmark) in the run directory, and, as IR
+tools expect them, ``trec/<benchmark>/<configuration>.run`` (TREC run files: ``qid Q0 docid rank score tag``),
+``trec/<benchmark>.qrels`` (``qid 0 docid 1``) and ``per_query/<benchmark>.jsonl`` (every metric of every query
+and configuration). Each configuration's nDCG@10 is compared with the best one's by a paired randomization test
+over the queries; the table marks differences the test does not support (p >= 0.05) with ``≈``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,12 +23,13 @@ from pathlib import Path
 
 from veracity.infer.retrieval.fusion import Hits
 from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, LoadedIndex, build_index, load_index
-from veracity.infer.retrieval.metrics import retrieval_metrics
+from veracity.infer.retrieval.metrics import paired_randomization_test, per_query_metrics, retrieval_metrics
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings, combine
-from veracity.io import read_jsonl, write_json
+from veracity.io import atomic_writer, read_jsonl, write_json, write_jsonl
 
 logger = logging.getLogger(__name__)
 TABLE_METRICS = ("recall@5", "recall@20", "mrr@5", "hit@1", "hit@5", "ndcg@10")
+SIGNIFICANCE_METRIC, SIGNIFICANCE_LEVEL = "ndcg@10", 0.05
 
 
 @dataclass
@@ -103,6 +109,13 @@ def evaluate_benchmark(name: str, config: RetrievalEvalConfig, settings: IndexSe
                 for q, hits in zip(evaluation, rows[label], strict=True)
             ]
             logger.info("reranked %d queries in %.1f s", len(evaluation), time.perf_counter() - start_rr)
+    scores = {label: _score(rankings, evaluation) for label, rankings in rows.items()}
+    golds = [set(q["gold_ids"]) for q in evaluation]
+    per_query = {label: per_query_metrics([[d for d, _ in hits] for hits in rankings], golds)
+                 for label, rankings in rows.items()}
+    write_trec(Path(config.output_dir), name, evaluation, rows, per_query)
+    best = max(scores, key=lambda label: scores[label][SIGNIFICANCE_METRIC])
+    reference = per_query[best][SIGNIFICANCE_METRIC]
     return {
         "benchmark": name,
         "corpus_documents": len(index.doc_ids),
@@ -110,21 +123,68 @@ def evaluate_benchmark(name: str, config: RetrievalEvalConfig, settings: IndexSe
         "retrieval_seconds": round(seconds, 2),
         "alpha_tuning_ndcg@10": {f"{a:g}": round(v, 4) for a, v in tuned.items()},
         "best_alpha": best_alpha,
-        "rows": {label: _score(rankings, evaluation) for label, rankings in rows.items()},
+        "rows": scores,
+        "significance": {
+            "metric": SIGNIFICANCE_METRIC, "reference": best, "level": SIGNIFICANCE_LEVEL,
+            "test": "paired randomization (sign flip) over queries, two-sided; exact up to 16 queries, else "
+                    "10,000 seeded permutations",
+            "p": {label: round(paired_randomization_test(per_query[label][SIGNIFICANCE_METRIC], reference), 4)
+                  for label in rows},
+        },
     }
+
+
+def slug(label: str) -> str:
+    """A file name and TREC tag for a configuration label: ``α*=0.5 (tuned on train) + rerank@20`` →
+    ``alpha_star_0.5_tuned_on_train_rerank_20``."""
+    text = label.replace("α", "alpha").replace("*", "_star").replace("=", "_")
+    return re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9.]+", "_", text)).strip("_")
+
+
+def write_text(path: Path, text: str) -> None:
+    with atomic_writer(path) as handle:
+        handle.write(text)
+
+
+def write_trec(out: Path, name: str, queries: Sequence[dict], rows: dict[str, list[Hits]],
+               per_query: dict[str, dict[str, list[float]]]) -> None:
+    """TREC run files per configuration, the qrels, and the per-query metrics of one benchmark."""
+    qrels = "".join(f"{q['query_id']} 0 {doc} 1\n" for q in queries for doc in q["gold_ids"])
+    write_text(out / "trec" / f"{name}.qrels", qrels)
+    for label, rankings in rows.items():
+        tag = slug(label)
+        lines = [f"{q['query_id']} Q0 {doc} {rank} {score:.6f} {tag}\n"
+                 for q, hits in zip(queries, rankings, strict=True) for rank, (doc, score) in enumerate(hits, 1)]
+        write_text(out / "trec" / name / f"{tag}.run", "".join(lines))
+    write_jsonl(out / "per_query" / f"{name}.jsonl", (
+        {"query_id": q["query_id"], "configuration": label,
+         **{metric: round(values[i], 6) for metric, values in per_query[label].items()}}
+        for label in rows for i, q in enumerate(queries)))
 
 
 def markdown_table(result: dict[str, object]) -> str:
     queries = result["queries"]
+    significance = result.get("significance") or {}
+    p_values = significance.get("p", {})  # type: ignore[union-attr]
     lines = [
         f"### {result['benchmark']} — {result['corpus_documents']} documents, {next(iter(queries.values()))} "  # type: ignore[attr-defined]
         f"{next(iter(queries))} queries",  # type: ignore[call-overload]
         "",
-        "| configuration | " + " | ".join(TABLE_METRICS) + " |",
-        "|---|" + "---:|" * len(TABLE_METRICS),
+        "| configuration | " + " | ".join(TABLE_METRICS) + " | p vs best |",
+        "|---|" + "---:|" * (len(TABLE_METRICS) + 1),
     ]
+    reference = significance.get("reference")  # type: ignore[union-attr]
     for label, metrics in result["rows"].items():  # type: ignore[attr-defined]
-        lines.append(f"| {label} | " + " | ".join(f"{metrics[m]:.3f}" for m in TABLE_METRICS) + " |")
+        cells = []
+        for m in TABLE_METRICS:
+            unsupported = m == SIGNIFICANCE_METRIC and label != reference and p_values.get(label, 0) >= \
+                SIGNIFICANCE_LEVEL
+            cells.append(("≈ " if unsupported else "") + f"{metrics[m]:.3f}")
+        p = "best" if label == reference else (f"{p_values[label]:.3f}" if label in p_values else "-")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {p} |")
+    if reference:
+        lines += ["", f"≈: the {SIGNIFICANCE_METRIC} difference from the best row ({reference}) is not supported "
+                      f"by a paired randomization test over the queries (p >= {SIGNIFICANCE_LEVEL})."]
     return "\n".join(lines)
 
 
