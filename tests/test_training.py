@@ -223,7 +223,13 @@ def test_dry_run_8b_matches_the_lora_arithmetic(capsys: pytest.CaptureFixture[st
     assert estimate.trainable_params == lora_trainable_params(llama_linear_shapes(config), targets, 16, 32)
     assert estimate.trainable_params == 41_943_040
     assert 8.0e9 < estimate.total_params - estimate.trainable_params < 8.1e9
-    assert "total per GPU" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "total per GPU" in out
+    # the line PEFT's print_trainable_parameters prints, with PEFT's own count of all params
+    line = f"trainable params: 41,943,040 || all params: {estimate.total_params:,d} || trainable%: " \
+           f"{100 * 41_943_040 / estimate.total_params:.4f}"
+    assert line in out.splitlines()
+    print(line)
 
 
 def test_prompt_messages_shape() -> None:

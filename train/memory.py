@@ -32,6 +32,10 @@ class MemoryEstimate:
     def total_gib(self) -> float:
         return self.weights_gib + self.adapters_gib + self.optimizer_gib + self.activations_gib
 
+    def peft_line(self) -> str:
+        """The counts as PEFT's ``print_trainable_parameters`` prints them."""
+        return peft_parameter_line(self.trainable_params, self.total_params)
+
     def table(self) -> str:
         rows = [
             ("parameters", f"{self.total_params / 1e9:.3f} B total, {self.trainable_params / 1e6:.2f} M trainable "
@@ -43,6 +47,11 @@ class MemoryEstimate:
             ("total per GPU (no sharding)", f"{self.total_gib:.2f} GiB"),
         ]
         return "\n".join(f"{name:28} {value}" for name, value in rows)
+
+
+def peft_parameter_line(trainable: int, total: int) -> str:
+    """``trainable params: 41,943,040 || all params: 8,072,204,288 || trainable%: 0.5196`` (PEFT's format)."""
+    return f"trainable params: {trainable:,d} || all params: {total:,d} || trainable%: {100 * trainable / total:.4f}"
 
 
 def lora_trainable_params(shapes: dict[str, tuple[int, int]], targets: list[str], rank: int, layers: int) -> int:
@@ -99,8 +108,7 @@ def dry_run(architecture: str | Path, targets: list[str] | str, rank: int, alpha
         model = AutoModelForCausalLM.from_config(config)
     peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets,
                                                   task_type="CAUSAL_LM"))
-    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in peft_model.parameters())
+    trainable, total = peft_model.get_nb_trainable_parameters()  # counted as PEFT counts them
     if trainable == 0:
         raise ValueError(f"LoRA targets {targets} match no module of this architecture")
     return MemoryEstimate(

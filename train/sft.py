@@ -57,6 +57,7 @@ def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, 
     print(f"dry run: {architecture}, LoRA r={model_args.lora_r} on {model_args.lora_target_modules}, "
           f"batch {batch} x {training_args.max_length} tokens, gradient checkpointing "
           f"{bool(training_args.gradient_checkpointing)}")
+    print(estimate.peft_line())
     print(estimate.table())
     return estimate
 
@@ -108,6 +109,10 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = trainer_cls(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
                           processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    if hasattr(trainer.model, "get_nb_trainable_parameters"):  # the line PEFT prints, in the log at training start
+        from veracity.train.memory import peft_parameter_line
+
+        logger.info("%s", peft_parameter_line(*trainer.model.get_nb_trainable_parameters()))
     trainer.train(resume_from_checkpoint=last_checkpoint(training_args.output_dir))
     adapter = Path(training_args.output_dir) / "adapter"
     trainer.save_model(str(adapter))
