@@ -398,3 +398,30 @@ def test_dpo_rejected_mined_from_the_sft_model_only_where_the_verifier_disagrees
         assert rejected.label != record["label"]
         if record["rejected"] != before["rejected"]:  # a mined answer: never the label the verifier gives
             assert rejected.label != "SUPPORTS"
+
+
+def test_real_scale_recipes_report_to_tensorboard_and_cpu_recipes_to_none(monkeypatch, capsys) -> None:
+    import importlib.util
+
+    from trl import DPOConfig, ModelConfig, SFTConfig
+
+    from veracity.config import parse_config
+    from veracity.train.dpo import DPOScriptArgs
+    from veracity.train.sft import TrainScriptArgs, check_reporting
+
+    configs = Path(__file__).parents[1] / "configs/train"
+    sft, dpo = (TrainScriptArgs, SFTConfig), (DPOScriptArgs, DPOConfig)
+    for recipe, (script, trainer_config) in (("sft_lora_nemotron8b", sft), ("dpo_lora_nemotron8b", dpo),
+                                             ("sft_lora_smollm2_cpu", sft), ("dpo_lora_smollm2_cpu", dpo)):
+        _, args, _ = parse_config((script, trainer_config, ModelConfig),
+                                  ["--config", str(configs / f"{recipe}.yaml"), "--use_cpu", "true", "--bf16",
+                                   "false"])
+        expected = ["tensorboard"] if "nemotron" in recipe else ["none"]
+        assert list(args.report_to) == expected or (expected == ["none"] and list(args.report_to) == []), recipe
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith("tensorboard") else real_find_spec(name, *a))
+    with pytest.raises(SystemExit) as info:
+        check_reporting(["tensorboard"])
+    assert info.value.code == 2 and "pip install tensorboard" in capsys.readouterr().err
+    check_reporting(["none"])  # nothing to check

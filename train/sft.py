@@ -82,7 +82,22 @@ def run_job(types: tuple[type, ...], argv: Sequence[str] | None, prog: str, trai
     script, training_args, model_args = parse_config(types, argv, prog=prog)
     if script.dry_run:
         return print_dry_run(script, training_args, model_args, half)
+    check_reporting(training_args.report_to)
     return train(script, training_args, model_args)
+
+
+def check_reporting(report_to: list[str] | str | None) -> None:
+    """Fail before loading any weights when a ``report_to`` integration is not installed (the Trainer would say so
+    only after the model is in memory). The real-scale recipes report to TensorBoard; the CPU recipes to none."""
+    import importlib.util
+
+    wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "tensorboard" in wanted and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
+        import sys
+
+        print("error: report_to tensorboard needs TensorBoard: pip install tensorboard (or pass --report_to none)",
+              file=sys.stderr)
+        raise SystemExit(2)
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
