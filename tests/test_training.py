@@ -165,6 +165,14 @@ def test_sft_changes_lora_weights_only(sft_run: tuple[Path, Path], tiny_lm_dir: 
     changed = _changed(_weights(tiny_lm_dir), _weights(merge_adapter(str(tiny_lm_dir), adapter, tmp_path / "m")))
     assert changed and all(k.split(".")[-2] in LORA_TARGETS for k in changed)
     assert {k.split(".")[-2] for k in changed} == set(LORA_TARGETS)
+    # model cards: the adapter's (written by the training run) and the merged model's (carrying the adapter's)
+    card = (adapter / "README.md").read_text()
+    assert card.startswith("---\nbase_model: local:") and "library_name: peft" in card  # a local test model
+    assert "veracity train sft" in card and "## Metrics" in card and "| train_loss |" in card
+    assert "sft.jsonl`: " in card and "records, sha256" in card
+    merged_card = (tmp_path / "m" / "README.md").read_text()
+    assert "library_name: transformers" in merged_card and "## The adapter's card" in merged_card
+    assert "| train_loss |" in merged_card
 
 
 def test_dpo_from_merged_sft_then_merge(sft_run: tuple[Path, Path], tiny_lm_dir: Path, tmp_path: Path) -> None:
@@ -287,6 +295,10 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
         "0": "entailment", "1": "neutral", "2": "contradiction"}
     probs = NLIVerifier("embedded").probabilities(["A dog runs."], ["An animal moves."])
     assert probs.shape == (1, 3)
+    card = (installed / "README.md").read_text()  # the model card travels with the installed verifier
+    assert "library_name: transformers" in card and "veracity train nli --prepared_dir" in card
+    assert "- `vitaminc`: " in card and "evaluated on its dev split" in card and "licence: not stated" in card
+    assert "QUICK run" in card and all(f"| {name}/macro_f1 |" in card for name in report["dev"])
     # Stage 2 continues from the stage-1 verifier: its 3-way head is kept, the caps pick the mix.
     import torch
 
@@ -425,3 +437,23 @@ def test_real_scale_recipes_report_to_tensorboard_and_cpu_recipes_to_none(monkey
         check_reporting(["tensorboard"])
     assert info.value.code == 2 and "pip install tensorboard" in capsys.readouterr().err
     check_reporting(["none"])  # nothing to check
+
+
+def test_model_cards_name_the_base_model_by_hub_id(tmp_path: Path) -> None:
+    from veracity.train.model_card import base_licence, hub_id
+
+    snapshot = tmp_path / "hub" / "models--nvidia--Llama-3.1-Nemotron-Nano-8B-v1" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "README.md").write_text("---\nlicense: other\nlicense_name: nvidia-open-model-license\n---\n# x\n")
+    assert hub_id(str(snapshot), snapshot) == "nvidia/Llama-3.1-Nemotron-Nano-8B-v1"  # never the cache path
+    assert base_licence(snapshot) == "other"
+    smol = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert hub_id(smol, tmp_path / "anything") == smol
+    converted = tmp_path / "cache" / "models" / "smollm2-135m-instruct"
+    converted.mkdir(parents=True)
+    assert hub_id("embedded", converted) == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    trained = tmp_path / "verifier"
+    trained.mkdir()
+    (trained / "README.md").write_text("---\nbase_model: cross-encoder/ms-marco-MiniLM-L12-v2\n---\n")
+    assert hub_id(str(trained), trained) == "cross-encoder/ms-marco-MiniLM-L12-v2", "a stage-2 card keeps the origin"
+    assert hub_id(None, tmp_path / "mystery") == "local:mystery" and base_licence(tmp_path) == "not stated"

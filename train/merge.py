@@ -38,7 +38,25 @@ def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype:
     with atomic_directory(out, f"base {base_dir} + adapter {adapter}") as tmp:
         merged.save_pretrained(tmp)
         AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(tmp)
+        write_merged_card(tmp, base, base_dir, Path(adapter))
     return out
+
+
+def write_merged_card(folder: Path, base: str, base_dir: Path, adapter: Path) -> Path:
+    """The merged model's card: the base (hub id) and the adapter's own card (data, command, metrics) below."""
+    from veracity.train.model_card import command_line, hub_id, write_model_card
+
+    adapter_card = adapter / "README.md"
+    appendix = ""
+    if adapter_card.is_file():  # the adapter's data, command and metrics, one heading level down
+        body = adapter_card.read_text(encoding="utf-8").split("---", 2)[-1].strip()
+        appendix = "## The adapter's card\n\n" + "\n".join("#" + line if line.startswith("#") else line
+                                                           for line in body.splitlines())
+    return write_model_card(folder, title="veracity merged model (base + LoRA adapter)", kind="transformers",
+                            base_model=hub_id(base, base_dir), base_dir=base_dir,
+                            command=command_line(None, "train merge"), data={"adapter": str(adapter)},
+                            notes=[f"merged from the LoRA adapter {adapter} into its base (merge_and_unload)"],
+                            appendix=appendix)
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

@@ -219,12 +219,42 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results = {name: trainer.evaluate(data, metric_key_prefix=name) for name, data in evaluation.items()}
     report = {"quick": args.quick, "init": str(init), "train": stats, "dev": results}
     write_json(Path(training.output_dir) / "metrics.json", report)
+    write_verifier_card(final, args, init, stats, results, argv)
     mark_completed(training.output_dir, f"NLI verifier in {final}" + (" (QUICK run)" if args.quick else ""))
     if args.install:
         install(final, report)
     print(json.dumps({name: {k: round(v, 4) for k, v in r.items() if k.endswith(("accuracy", "macro_f1"))}
                       for name, r in results.items()}, indent=1))
     return report
+
+
+# what the init choices start from, as hub ids (the embedded folders are conversions of these)
+INIT_HUB_IDS = {"reranker": "cross-encoder/ms-marco-MiniLM-L12-v2",
+                "embedder": "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict[str, Any],
+                        results: dict[str, Any], argv: Sequence[str] | None) -> Path:
+    """The verifier's model card: base model, the training pairs per source (train split) with their licences,
+    the evaluation sources (dev split), the command and the dev metrics."""
+    from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
+
+    by_source: dict[str, list[str]] = defaultdict(list)
+    for bucket, n in stats["by_bucket"].items():
+        source, label = bucket.rsplit("/", 1)
+        by_source[source].append(f"{label} {n}")
+    data = {source: f"train split, {', '.join(parts)} pairs" for source, parts in sorted(by_source.items())}
+    for name in args.eval_sources:
+        used = "evaluated on its dev split (calib: checkpoint choice)"
+        data[name] = f"{data[name]}; {used}" if name in data else used
+    return write_model_card(
+        folder, title="veracity NLI verifier (3-way cross-encoder: entailment / neutral / contradiction)",
+        kind="transformers", base_model=hub_id(INIT_HUB_IDS.get(args.init, args.init), init), base_dir=init,
+        command=command_line(argv, "train nli"), data=data,
+        licences=data_licences(args.prepared_dir, list(data)),
+        metrics={name: {k.removeprefix(f"{name}_"): v for k, v in r.items() if k.endswith(("accuracy", "macro_f1"))}
+                 for name, r in results.items()},
+        notes=["QUICK run (the demo's fallback, at most 150 steps): not the real verifier"] if args.quick else ())
 
 
 def install(folder: Path, report: dict[str, Any]) -> Path:

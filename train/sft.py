@@ -133,9 +133,38 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     trainer.save_model(str(adapter))
     tokenizer.save_pretrained(adapter)
     (Path(training_args.output_dir) / "base_model.txt").write_text(f"{model_dir}\n")
+    write_adapter_card(adapter, trainer, model_dir, script, training_args, model_args, len(train))
     mark_completed(training_args.output_dir, f"adapter in {adapter} on base {model_dir}")
     logger.info("adapter saved to %s", adapter)
     return adapter
+
+
+def write_adapter_card(adapter: Path, trainer: Any, model_dir: Path, script: TrainScriptArgs, training_args: Any,
+                       model_args: Any, records: int) -> Path:
+    """The adapter's model card: base model (hub id), the training file (and the prepared sources it was built
+    from, with their licences, when ``prep training-sets`` wrote it), the command and the last logged losses."""
+    import yaml
+
+    from veracity.io import sha256_file
+    from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
+
+    job = "train dpo" if "dpo" in type(trainer).__name__.lower() else "train sft"
+    data = {Path(script.train_file).name: f"{records} records, sha256 {sha256_file(script.train_file)[:12]}…"}
+    licences: dict[str, str] = {}
+    built_by = Path(script.train_file).parent / "run_config.yaml"  # `veracity prep training-sets` records this
+    if built_by.is_file():
+        config = (yaml.safe_load(built_by.read_text(encoding="utf-8")) or {}).get("config", {})
+        sources = list(config.get("sources") or [])
+        for source in sources:
+            data[source] = f"the {config.get('split', 'train')} split, through `veracity prep training-sets`"
+        licences = data_licences(config.get("prepared_dir", ""), sources) if sources else {}
+    logged: dict[str, float] = {}
+    for entry in trainer.state.log_history:  # the last value of each loss the trainer logged
+        logged.update({k: v for k, v in entry.items() if "loss" in k or k.startswith("eval_")})
+    return write_model_card(
+        adapter, title=f"veracity {job.split()[1].upper()} LoRA adapter (r={model_args.lora_r})", kind="peft",
+        base_model=hub_id(model_args.model_name_or_path, model_dir), base_dir=model_dir,
+        command=command_line(None, job), data=data, licences=licences, metrics=logged)
 
 
 def train_sft(script: TrainScriptArgs, training_args: Any, model_args: Any) -> Path:
