@@ -221,9 +221,25 @@ def test_selective_emission_drops_rejected_cites() -> None:
     assert "(source: https://b.example.org/b)" not in kept["factchecking_article"]
 
 
+def test_nli_judge_says_yes_at_the_threshold() -> None:
+    import numpy as np
+
+    from veracity.infer.pipelines.uts.judge import NLIJudge
+
+    class Verifier:
+        def predict(self, premises, hypotheses):
+            return np.array([[0.5 if "held" in h else 0.49, 0.3, 0.2] for h in hypotheses])
+
+    judge = NLIJudge(Verifier(), threshold=0.5)
+    assert [v.supported for v in judge([("The dam held.", "e"), ("The dam burst.", "e")])] == [True, False]
+    assert (judge.stats.yes, judge.stats.no) == (1, 1)
+
+
 def test_parse_verdict_and_selective_needs_shadowval() -> None:
     assert parse_verdict("Yes, it is.") is True and parse_verdict(" no") is False and parse_verdict("Maybe") is None
-    assert parse_verdict("The answer is: No.") is False
+    assert parse_verdict("**No**, because") is False and parse_verdict('"Yes"') is True
+    assert parse_verdict('The statement "Yes') is None  # an echo of the statement is not a verdict
+    assert parse_verdict("Nobody knows") is None
     with pytest.raises(ValueError, match="needs shadowval"):
         UTSConfig(selective_emission=True)
     with pytest.raises(ValueError, match="statement"):

@@ -71,10 +71,16 @@ class M4Config:
     nli_batch_size: int = 32
     judge_prompt: str = field(default=DEFAULT_JUDGE_PROMPT, metadata={
         "help": "Judge prompt template with {statement} and {evidence}."})
+    judge: str = field(default="llm", metadata={
+        "help": "llm: the engine answers yes/no (the paper's judge); nli: the NLI verifier's P(entailment) >= "
+                "judge_nli_threshold is a yes (a proxy, not the paper's scorer)."})
+    judge_nli_threshold: float = 0.5
     judge_max_new_tokens: int = 4
     judge_max_evidence_chars: int = 4000
 
     def __post_init__(self) -> None:
+        if self.judge not in ("llm", "nli"):
+            raise ValueError(f"judge must be llm or nli, got {self.judge!r}")
         if not self.items:
             raise ValueError("--items is required")
         if not self.articles and not self.reference_as_article:
@@ -259,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.config import parse_config
     from veracity.data_prep.errors import DataError
     from veracity.infer.pipelines.uts.items import read_items
-    from veracity.infer.pipelines.uts.judge import Judge
+    from veracity.infer.pipelines.uts.judge import Judge, NLIJudge
     from veracity.io import write_json, write_jsonl
     from veracity.models.engine import make_engine
     from veracity.models.nli import NLIVerifier
@@ -275,13 +281,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise SystemExit(2) from None
     out = Path(config.output_dir)
     write_run_config(out, config, engine_config, job="eval m4")
-    engine = make_engine(engine_config)
-    judge = Judge(engine, config.judge_prompt, config.judge_max_new_tokens, config.judge_max_evidence_chars)
     verifier = NLIVerifier(config.nli_model, config.nli_batch_size)
+    engine = make_engine(engine_config) if config.judge == "llm" else None
+    judge: Any = (Judge(engine, config.judge_prompt, config.judge_max_new_tokens, config.judge_max_evidence_chars)
+                  if engine is not None else NLIJudge(verifier, config.judge_nli_threshold,
+                                                      config.judge_max_evidence_chars))
     try:
         rows = score_items(items, articles, judge, verifier.predict, config.chunk_sentences)
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
     metrics = corpus_metrics(rows)
     known = {i.id for i in items}
     details = {

@@ -9,6 +9,8 @@ from veracity.infer.pipelines.uts.drafter import FRAMES
 from veracity.infer.pipelines.uts.judge import DEFAULT_JUDGE_PROMPT, check_prompt
 from veracity.infer.pipelines.uts.text import MIN_WORDS
 
+JUDGES = ("llm", "nli")
+
 
 @dataclass
 class UTSConfig:
@@ -44,6 +46,11 @@ class UTSConfig:
         "help": "Drop a cite whose anchors the judge all rejected (needs --shadowval); else keep the first."})
     judge_prompt: str = field(default=DEFAULT_JUDGE_PROMPT, metadata={
         "help": "Judge prompt template with {statement} and {evidence}."})
+    judge: str = field(default="llm", metadata={
+        "help": "llm: the engine answers yes/no (the paper's judge); nli: the NLI verifier's P(entailment) >= "
+                "judge_nli_threshold is a yes (a proxy)."})
+    judge_nli_model: str = field(default="embedded", metadata={"help": "NLI verifier of judge nli."})
+    judge_nli_threshold: float = 0.5
     judge_max_new_tokens: int = 4
     judge_max_evidence_chars: int = field(default=4000, metadata={"help": "Evidence text shown to the judge."})
 
@@ -55,4 +62,6 @@ class UTSConfig:
             raise ValueError("selective_emission drops cites the judge rejected: it needs shadowval true")
         if self.max_tries < 1:
             raise ValueError(f"max_tries must be >= 1, got {self.max_tries}")
+        if self.judge not in JUDGES:
+            raise ValueError(f"judge must be one of {JUDGES}, got {self.judge!r}")
         check_prompt(self.judge_prompt)

@@ -22,7 +22,9 @@ DEFAULT_JUDGE_PROMPT = (
     "Statement: {statement}\n\n"
     "Is the statement supported by the evidence? Answer yes or no."
 )
-_VERDICT = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+# The answer must open with the verdict: a small model often echoes the statement ('The statement "Yes …'), and
+# a yes/no word inside an echo is not an answer.
+_VERDICT = re.compile(r"^[\s\"'*`(\[]*(yes|no)\b", re.IGNORECASE)
 
 
 def check_prompt(prompt: str) -> None:
@@ -34,8 +36,9 @@ def check_prompt(prompt: str) -> None:
 
 
 def parse_verdict(text: str) -> bool | None:
-    """True for an answer whose first ``yes``/``no`` word is yes, False for no, None when it has neither."""
-    found = _VERDICT.search(text or "")
+    """True for an answer that opens with ``yes``, False for ``no`` (case, leading quotes and markup ignored),
+    None for anything else (``The statement is …``: counted as no by the judge)."""
+    found = _VERDICT.match(text or "")
     return None if found is None else found.group(1).lower() == "yes"
 
 
@@ -107,3 +110,33 @@ class Judge:
                 self.stats.no += 1
             by_pair[pair] = Verdict(bool(supported), answer.strip())
         return [by_pair[pair] for pair in pairs]
+
+
+@dataclass
+class NLIJudge:
+    """The same question answered by the NLI verifier instead of an LLM: yes when P(evidence ⇒ statement) ≥
+    ``threshold``. Not the paper's judge — a CPU proxy for one that can tell supported from unsupported, where the
+    embedded 135M chat model cannot (it answers no to nearly everything)."""
+
+    verifier: Any  # anything with NLIVerifier's predict(premises, hypotheses) -> (n, 3), entailment first
+    threshold: float = 0.5
+    max_evidence_chars: int = 4000
+    stats: JudgeStats = field(default_factory=JudgeStats)
+
+    @property
+    def name(self) -> str:
+        return f"nli:{getattr(self.verifier, 'folder', type(self.verifier).__name__)}@{self.threshold}"
+
+    def __call__(self, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
+        if not pairs:
+            return []
+        premises = [normalize_space(e)[: self.max_evidence_chars] for _, e in pairs]
+        probabilities = self.verifier.predict(premises, [normalize_space(s) for s, _ in pairs])
+        out = []
+        for row in probabilities:
+            supported = float(row[0]) >= self.threshold
+            self.stats.asked += 1
+            self.stats.yes += supported
+            self.stats.no += not supported
+            out.append(Verdict(supported, f"p_ent={float(row[0]):.3f}"))
+        return out

@@ -9,6 +9,8 @@ Items come from prepared AVeriTeC Task-3 records (``averitec_task3_{train,dev}``
 schema or WatClaimCheck records, see ``items.py``). Writes ``items.jsonl`` (the items drafted, in the task-item
 schema), ``records.jsonl`` (one record per item with every intermediate, resumable), ``articles.jsonl``
 (``{"id", "factchecking_article"}``, the task's submission format), ``summary.json`` and ``run_config.yaml``.
+Re-running into the same folder resumes: items already in ``records.jsonl`` are kept, so a changed config needs a
+fresh ``--output_dir``.
 Score with ``veracity eval m4 --articles O/articles.jsonl --items O/items.jsonl --output_dir O/m4``.
 """
 
