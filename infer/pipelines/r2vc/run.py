@@ -96,30 +96,25 @@ def user_items(path: str, index_dir: str | None) -> list[dict[str, Any]]:
 
 def run(config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfig) -> dict[str, Any]:
     """Run R2VC with parsed settings (what ``main`` does after parsing; the calibrator's simulation calls it)."""
-    import sys
-
-    from veracity.data_prep.errors import DataError
-    from veracity.data_prep.prepared import PreparedDataError
-    from veracity.infer.batch import parse_shard, run_batch
+    from veracity.infer.batch import output_lock, parse_shard, run_batch
     from veracity.infer.pipelines.r2vc.pipeline import R2VCPipeline
     from veracity.io import write_json
     from veracity.rundir import write_run_config
 
     shard = parse_shard(config.shard)
     out = Path(config.output_dir)
-    try:
-        items = user_items(config.claims, config.index_dir) if config.claims else prepared_items(config)
-    except (DataError, PreparedDataError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    write_run_config(out, config, settings, engine_config, job="infer r2vc")
+    # Bad input (DataError, PreparedDataError) stops here, before anything is written; the CLI prints it.
+    items = user_items(config.claims, config.index_dir) if config.claims else prepared_items(config)
     name = "records.jsonl" if shard[1] == 1 else f"records.shard-{shard[0]}-of-{shard[1]}.jsonl"
-    pipeline = R2VCPipeline(config, settings, engine_config)
-    try:
-        summary = run_batch(items, pipeline, out / name, shard=shard, batch_size=config.claims_per_call,
-                            progress=config.progress, retry_errors=config.retry_errors)
-    finally:
-        pipeline.close()
+    out.mkdir(parents=True, exist_ok=True)
+    with output_lock(out / name):  # a refused second run must not overwrite the running one's record
+        write_run_config(out, config, settings, engine_config, job="infer r2vc")
+        pipeline = R2VCPipeline(config, settings, engine_config)
+        try:
+            summary = run_batch(items, pipeline, out / name, shard=shard, batch_size=config.claims_per_call,
+                                progress=config.progress, retry_errors=config.retry_errors, take_lock=False)
+        finally:
+            pipeline.close()
     report = {**summary.to_dict(), "seconds_per_stage": {k: round(v, 2) for k, v in pipeline.seconds.items()},
               "claims_per_second": round(summary.items_per_second, 4), "verifier": pipeline.verifier.stats.to_dict()}
     write_json(out / "summary.json", report)
