@@ -184,3 +184,24 @@ def test_generator_only_votes_and_never_abstains() -> None:
     assert record["confidence"] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="generator-only"):
         R2VCConfig(use_verifier=False, nli_candidate=True)
+
+
+def test_risk_control_threshold_comes_from_the_calibrators_held_out_scores() -> None:
+    from veracity.infer.pipelines.r2vc.pipeline import thresholds
+    from veracity.models.calibrator import LogisticCalibrator
+
+    confident = [0.95] * 40 + [0.5] * 40  # 40 sure and right, 40 unsure and mostly wrong
+    correct = [True] * 40 + [True] * 10 + [False] * 30
+    calibrator = LogisticCalibrator(["s_ver"], [1.0], 0.0, risk_control={"holdout_confidence": confident,
+                                                                         "holdout_correct": correct})
+    assert thresholds(R2VCConfig(abstention="risk_control", calibrator="c.json", target_risk=0.1), calibrator) == (
+        None, 0.95)
+    tiny = LogisticCalibrator(["s_ver"], [1.0], 0.0, risk_control={"holdout_confidence": [0.9] * 5,
+                                                                   "holdout_correct": [True] * 5})
+    _, tau = thresholds(R2VCConfig(abstention="risk_control", calibrator="c.json"), tiny)
+    assert tau == float("inf")  # 5 claims cannot certify a 10% risk: abstain on everything
+    record = decide(ITEM, NLI, _result(format_answer("SUPPORTS", "Yes.", [1])),
+                    R2VCConfig(abstention="risk_control", calibrator="c.json"), SignalSettings(), tiny)
+    assert record["abstained"] and "tau_cal inf" in record["abstain_reason"]
+    with pytest.raises(ValueError, match="held-out calib scores"):
+        thresholds(R2VCConfig(abstention="risk_control", calibrator="c.json"), LogisticCalibrator(["s_ver"], [1.0], 0))

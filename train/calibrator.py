@@ -136,9 +136,13 @@ def fit_calibrator(records: Sequence[dict[str, Any]], names: Sequence[str], args
                "holdout_ece": best["ece"], "holdout_brier_uncalibrated": binary_brier(raw_conf, raw_right),
                "holdout_ece_uncalibrated": expected_calibration_error(raw_conf, raw_right),
                "trials": [{k: t[k] for k in ("C", "brier", "ece")} for t in trials]}
+    conf, right = best["confidence"]
+    # The held-out scores travel with the calibrator, so `infer r2vc --abstention risk_control` can certify any
+    # target; the threshold for this run's target is recorded beside them.
+    calibrator.risk_control = {"holdout_confidence": [round(float(c), 6) for c in conf],
+                               "holdout_correct": [bool(r) for r in right]}
     if args.target_risk is not None:
-        conf, right = best["confidence"]
-        calibrator.risk_control = risk_controlled_threshold(conf, right, args.target_risk, args.delta)
+        calibrator.risk_control.update(risk_controlled_threshold(conf, right, args.target_risk, args.delta))
     calibrator.metrics = metrics
     return calibrator, metrics
 
@@ -166,12 +170,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     calibrator, metrics = fit_calibrator(records, names, args, config.seed)
     calibrator.versions = package_versions(("veracity", "scikit-learn", "numpy"))
     calibrator.save(out / "calibrator.json")
-    write_json(out / "metrics.json", {**metrics, "features": names, "risk_control": calibrator.risk_control})
+    write_json(out / "metrics.json", {**metrics, "features": names, "risk_control": {
+        k: v for k, v in calibrator.risk_control.items() if not k.startswith("holdout_")}})
     print(f"calibrator ({', '.join(names)}) fit on {metrics['fit_rows']} candidate rows of {metrics['fit_claims']} "
           f"calib claims, C={metrics['C']}; held-out {metrics['holdout_claims']} claims: Brier "
           f"{metrics['holdout_brier']:.3f} (uncalibrated {metrics['holdout_brier_uncalibrated']:.3f}), ECE "
           f"{metrics['holdout_ece']:.3f} (uncalibrated {metrics['holdout_ece_uncalibrated']:.3f})")
-    if calibrator.risk_control:
+    if args.target_risk is not None:
         rc = calibrator.risk_control
         print(f"risk control (target {rc['target_risk']}, delta {rc['delta']}): tau_cal {rc['tau_cal']}, "
               f"held-out coverage {rc['coverage']:.3f}, selective risk {rc['selective_risk']:.3f}")

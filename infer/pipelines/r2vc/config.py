@@ -59,6 +59,9 @@ class R2VCConfig:
     abstention: str = field(default="fixed", metadata={"help": f"One of {ABSTENTION_MODES}."})
     tau_ver: float = field(default=0.55, metadata={"help": "Abstain when the chosen candidate's s_ver is below."})
     tau_cal: float = field(default=0.60, metadata={"help": "Abstain when the calibrated confidence is below."})
+    target_risk: float = field(default=0.10, metadata={
+        "help": "risk_control: the error rate allowed among answered claims (certified on held-out calib claims)."})
+    delta: float = field(default=0.10, metadata={"help": "risk_control: allowed probability of exceeding it."})
 
     def __post_init__(self) -> None:
         if self.abstention not in ABSTENTION_MODES:

@@ -40,16 +40,21 @@ Item = dict[str, Any]
 
 
 def thresholds(config: R2VCConfig, calibrator: Any | None) -> tuple[float | None, float | None]:
-    """(τ_ver, τ_cal) in force: fixed → the configured pair (τ_cal only with a calibrator); risk_control → the
-    calibrator's risk-controlled τ_cal alone; none → no abstention."""
+    """(τ_ver, τ_cal) in force: fixed → the configured pair (τ_cal only with a calibrator); risk_control → no τ_ver
+    and the τ_cal that certifies ``target_risk`` at level ``delta`` on the calibrator's held-out calib scores
+    (infinite — abstain on everything — when no threshold can be certified); none → no abstention."""
     if config.abstention == "none":
         return None, None
     if config.abstention == "risk_control":
-        chosen = (calibrator.risk_control or {}).get("tau_cal") if calibrator else None
-        if chosen is None:
-            raise ValueError("abstention risk_control: the calibrator has no risk-controlled tau_cal; fit it with "
-                             "`veracity train calibrator --target_risk 0.1`")
-        return None, float(chosen)
+        from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
+
+        held_out = (calibrator.risk_control or {}) if calibrator else {}
+        if "holdout_confidence" not in held_out:
+            raise ValueError("abstention risk_control: the calibrator keeps no held-out calib scores; fit it with "
+                             "`veracity train calibrator`")
+        chosen = risk_controlled_threshold(held_out["holdout_confidence"], held_out["holdout_correct"],
+                                           config.target_risk, config.delta)["tau_cal"]
+        return None, float("inf") if chosen is None else float(chosen)
     return config.tau_ver, (config.tau_cal if calibrator else None)
 
 

@@ -108,8 +108,8 @@ def run(config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfi
     name = "records.jsonl" if shard[1] == 1 else f"records.shard-{shard[0]}-of-{shard[1]}.jsonl"
     out.mkdir(parents=True, exist_ok=True)
     with output_lock(out / name):  # a refused second run must not overwrite the running one's record
+        pipeline = R2VCPipeline(config, settings, engine_config)  # checks models and thresholds before any record
         write_run_config(out, config, settings, engine_config, job="infer r2vc")
-        pipeline = R2VCPipeline(config, settings, engine_config)
         try:
             summary = run_batch(items, pipeline, out / name, shard=shard, batch_size=config.claims_per_call,
                                 progress=config.progress, retry_errors=config.retry_errors, take_lock=False)
