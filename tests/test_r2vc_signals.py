@@ -143,7 +143,7 @@ def test_fit_calibrator_lowers_ece_on_miscalibrated_synthetic_records() -> None:
         features = {"s_ver": 0.9, "s_cons": cons}
         records.append({"id": f"c{i}", "gold": "SUPPORTS", "candidates": [
             {"label": label, "features": features, "signals": {"s_ver": 0.9}}]})
-    calibrator, metrics = fit_calibrator(records, ["s_ver", "s_cons"], CalibratorArgs(target_risk=0.3), seed=1)
+    calibrator, metrics = fit_calibrator(records, ["s_ver", "s_cons"], CalibratorArgs(), seed=1, target_risk=0.3)
     assert metrics["holdout_ece"] < metrics["holdout_ece_uncalibrated"] - 0.2
     assert calibrator.coefficients[1] > 0  # consistency raises confidence
     assert calibrator.risk_control["tau_cal"] is not None and len(calibrator.risk_control["holdout_correct"]) > 50

@@ -9,8 +9,9 @@ strength the calibrator is fit on the fit part (``fit_on: all`` — every parsed
 label is gold, since inference scores every candidate and keeps the most confident; ``chosen`` — only the
 candidate the uncalibrated pipeline would pick, as the paper describes) and scored on the held-out claims exactly
 as inference uses it (the most confident candidate, its confidence against its correctness): the lowest Brier
-score is kept. With ``target_risk`` the risk-controlled τ_cal is chosen on the held-out part and stored in the
-calibrator. An engine without token log-probabilities gives a calibrator without that feature.
+score is kept. The held-out part's scores are stored in the calibrator, with the τ_cal that certifies the
+configured ``target_risk`` / ``delta`` (``infer r2vc --abstention risk_control`` certifies its own target on
+them). An engine without token log-probabilities gives a calibrator without that feature.
 """
 
 from __future__ import annotations
@@ -40,9 +41,6 @@ class CalibratorArgs:
     fit_on: str = field(default="all", metadata={"help": "all (every parsed candidate) or chosen (SPEC's rows)."})
     c_grid: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0, 10.0], metadata={
         "help": "Inverse regularisation strengths tried (scikit-learn's C)."})
-    target_risk: float | None = field(default=0.10, metadata={
-        "help": "Selective risk for abstention: risk_control (None: do not choose a risk-controlled τ_cal)."})
-    delta: float = field(default=0.10, metadata={"help": "Allowed probability that the risk exceeds the target."})
 
     def __post_init__(self) -> None:
         if self.fit_on not in ("all", "chosen"):
@@ -109,9 +107,10 @@ def chosen_confidence(records: Sequence[dict[str, Any]], calibrator: LogisticCal
     return confidence, correct
 
 
-def fit_calibrator(records: Sequence[dict[str, Any]], names: Sequence[str], args: CalibratorArgs, seed: int
-                   ) -> tuple[LogisticCalibrator, dict[str, Any]]:
-    """Fit on one part of the calib claims, select C and the risk threshold on the held-out part."""
+def fit_calibrator(records: Sequence[dict[str, Any]], names: Sequence[str], args: CalibratorArgs, seed: int,
+                   target_risk: float | None = None, delta: float = 0.1) -> tuple[LogisticCalibrator, dict[str, Any]]:
+    """Fit on one part of the calib claims, select C on the held-out part, keep its scores for risk control (and
+    record the threshold that certifies ``target_risk`` at level ``delta``)."""
     from veracity.infer.metrics import binary_brier, expected_calibration_error
     from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
 
@@ -141,8 +140,8 @@ def fit_calibrator(records: Sequence[dict[str, Any]], names: Sequence[str], args
     # target; the threshold for this run's target is recorded beside them.
     calibrator.risk_control = {"holdout_confidence": [round(float(c), 6) for c in conf],
                                "holdout_correct": [bool(r) for r in right]}
-    if args.target_risk is not None:
-        calibrator.risk_control.update(risk_controlled_threshold(conf, right, args.target_risk, args.delta))
+    if target_risk is not None:
+        calibrator.risk_control.update(risk_controlled_threshold(conf, right, target_risk, delta))
     calibrator.metrics = metrics
     return calibrator, metrics
 
@@ -167,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     generated = [c for r in records for c in r.get("candidates", []) if c.get("from") == "generator" and c["label"]]
     logprobs = bool(generated) and all(c.get("mean_logprob") is not None for c in generated)
     names = feature_names(logprobs=logprobs, nli_candidate=config.nli_candidate)
-    calibrator, metrics = fit_calibrator(records, names, args, config.seed)
+    calibrator, metrics = fit_calibrator(records, names, args, config.seed, config.target_risk, config.delta)
     calibrator.versions = package_versions(("veracity", "scikit-learn", "numpy"))
     calibrator.save(out / "calibrator.json")
     write_json(out / "metrics.json", {**metrics, "features": names, "risk_control": {
@@ -176,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
           f"calib claims, C={metrics['C']}; held-out {metrics['holdout_claims']} claims: Brier "
           f"{metrics['holdout_brier']:.3f} (uncalibrated {metrics['holdout_brier_uncalibrated']:.3f}), ECE "
           f"{metrics['holdout_ece']:.3f} (uncalibrated {metrics['holdout_ece_uncalibrated']:.3f})")
-    if args.target_risk is not None:
+    if "tau_cal" in calibrator.risk_control:
         rc = calibrator.risk_control
         print(f"risk control (target {rc['target_risk']}, delta {rc['delta']}): tau_cal {rc['tau_cal']}, "
               f"held-out coverage {rc['coverage']:.3f}, selective risk {rc['selective_risk']:.3f}")
