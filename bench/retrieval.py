@@ -11,7 +11,6 @@ evidence corpora (encoded once, cached under runs/bench/), plus a larger synthet
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -33,13 +32,17 @@ def overhead(ours: float, raw: float) -> str:
 
 
 def load_texts(prepared: Path, docs: int, queries: int) -> tuple[list[str], list[str]]:
+    from veracity.data_prep.prepared import PreparedDataError, prepared_names, read_prepared
+
     premises: dict[str, None] = {}
     hypotheses: list[str] = []
-    for path in sorted(prepared.glob("nli_*.jsonl")):
-        for line in open(path):
-            row = json.loads(line)
-            premises.setdefault(row["premise"])
-            hypotheses.append(row["hypothesis"])
+    try:
+        for name in prepared_names(prepared, "nli_"):
+            for pair in read_prepared(prepared, name):
+                premises.setdefault(pair.premise)
+                hypotheses.append(pair.hypothesis)
+    except PreparedDataError as error:
+        raise SystemExit(f"bench/retrieval.py: {error}") from None
     rng = np.random.default_rng(0)
     picked = rng.choice(len(hypotheses), size=queries, replace=False)
     return list(premises)[:docs], [hypotheses[i] for i in picked]
@@ -132,12 +135,13 @@ def _hnsw(faiss, vectors):
 def real_embeddings(prepared: Path, cache: Path) -> tuple[np.ndarray, np.ndarray]:
     if (cache / "docs.npy").exists():
         return np.load(cache / "docs.npy"), np.load(cache / "queries.npy")
+    from veracity.data_prep.prepared import read_prepared
     from veracity.infer.retrieval.dense import DenseEncoder, EncoderSpec
 
     docs, queries = [], []
     for name in ("climate_fever", "fever_evidence"):
-        docs += [json.loads(line)["text"] for line in open(prepared / f"{name}_corpus.jsonl")]
-        queries += [json.loads(line)["text"] for line in open(prepared / f"{name}_queries.jsonl")]
+        docs += [d.text for d in read_prepared(prepared, f"{name}_corpus")]
+        queries += [q.text for q in read_prepared(prepared, f"{name}_queries")]
     encoder = DenseEncoder(EncoderSpec())
     cache.mkdir(parents=True, exist_ok=True)
     d, q = encoder.encode_documents(docs), encoder.encode_queries(queries[:500])

@@ -40,4 +40,13 @@ def write_benchmark(folder: Path, name: str = "toy") -> Path:
         for qid, text, gold, split in QUERIES:
             f.write(json.dumps({"query_id": qid, "text": text, "gold_ids": gold, "split": split, "source": name,
                                 "origin": "hand-made"}) + "\n")
+    from veracity.io import sha256_file
+
+    # a manifest like `veracity prep` writes: jobs read prepared records only through it
+    outputs = {f"{name}_{part}": {"file": f"{name}_{part}.jsonl", "kind": kind,
+                                  "sha256": sha256_file(folder / f"{name}_{part}.jsonl")}
+               for part, kind in (("corpus", "corpus_document"), ("queries", "retrieval_query"))}
+    manifest = folder / "manifest.json"
+    previous = json.loads(manifest.read_text())["outputs"] if manifest.exists() else {}
+    manifest.write_text(json.dumps({"outputs": {**previous, **outputs}}))
     return folder

@@ -103,15 +103,16 @@ def stage_retrieval(config: DemoConfig) -> None:
 def stage_generate(config: DemoConfig) -> None:
     import json
 
+    from veracity.data_prep.prepared import read_prepared
     from veracity.infer.generate import main as generate
     from veracity.io import read_jsonl
 
     out = Path(config.output_dir)
-    records = list(read_jsonl(out / "prep" / "vitaminc.jsonl"))
-    claims = ([r for r in records if r["split"] == "dev"] or records)[: config.generate_items]
+    records = read_prepared(out / "prep", "vitaminc")
+    claims = ([r for r in records if r.split == "dev"] or records)[: config.generate_items]
     items = out / "generate" / "items.jsonl"
     items.parent.mkdir(parents=True, exist_ok=True)
-    items.write_text("".join(json.dumps({"id": r["id"], "claim": r["claim"], "evidence": r["evidence_text"]}) + "\n"
+    items.write_text("".join(json.dumps({"id": r.id, "claim": r.claim, "evidence": r.evidence_text}) + "\n"
                              for r in claims))
     template = ('Evidence: {evidence}\nClaim: {claim}\nDoes the evidence support or refute the claim? Reply with '
                 'JSON only: {{"label": "SUPPORTS" or "REFUTES" or "NOT ENOUGH INFO"}}')

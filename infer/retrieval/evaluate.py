@@ -25,7 +25,7 @@ from veracity.infer.retrieval.fusion import Hits
 from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, LoadedIndex, build_index, load_index
 from veracity.infer.retrieval.metrics import paired_randomization_test, per_query_metrics, retrieval_metrics
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings, combine
-from veracity.io import atomic_writer, read_jsonl, write_json, write_jsonl
+from veracity.io import atomic_writer, write_json, write_jsonl
 
 logger = logging.getLogger(__name__)
 TABLE_METRICS = ("recall@5", "recall@20", "mrr@5", "hit@1", "hit@5", "ndcg@10")
@@ -48,8 +48,11 @@ class RetrievalEvalConfig:
     max_queries: int | None = field(default=None, metadata={"help": "Cap per split (quick runs)."})
 
 
-def load_queries(path: Path, split: str, limit: int | None) -> list[dict]:
-    rows = [q for q in read_jsonl(path) if q["split"] == split]
+def load_queries(prepared: Path, name: str, split: str, limit: int | None) -> list[dict]:
+    """The ``split`` queries of prepared output ``name`` (through the manifest), as plain dicts."""
+    from veracity.data_prep.prepared import read_prepared
+
+    rows = [q.to_dict() for q in read_prepared(prepared, name, [split])]
     return rows[:limit] if limit else rows
 
 
@@ -71,11 +74,13 @@ def _score(rankings: Sequence[Hits], queries: Sequence[dict]) -> dict[str, float
 
 
 def evaluate_benchmark(name: str, config: RetrievalEvalConfig, settings: IndexSettings) -> dict[str, object]:
+    from veracity.data_prep.prepared import prepared_path
+
     prepared = Path(config.prepared_dir)
-    corpus = prepared / f"{name}_corpus.jsonl"
+    evaluation = load_queries(prepared, f"{name}_queries", config.eval_split, config.max_queries)
+    tuning = load_queries(prepared, f"{name}_queries", config.tune_split, config.max_queries)
+    corpus = prepared_path(prepared, f"{name}_corpus")
     index = _index_for(corpus, Path(config.output_dir) / "index" / name, settings)
-    evaluation = load_queries(prepared / f"{name}_queries.jsonl", config.eval_split, config.max_queries)
-    tuning = load_queries(prepared / f"{name}_queries.jsonl", config.tune_split, config.max_queries)
     search = SearchSettings(mode="rrf", candidates=config.candidates, rrf_k=config.rrf_k, top_k=config.candidates)
     searcher = Searcher(index, search)
     start = time.perf_counter()
