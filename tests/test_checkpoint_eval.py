@@ -92,19 +92,10 @@ def test_generator_eval_job_with_a_real_engine(prepared_dir: Path, tiny_lm_dir: 
 
 @pytest.fixture(scope="module")
 def tiny_nli_dir(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from tiny_models import build_tiny_nli
 
-    folder = tmp_path_factory.mktemp("tiny_nli")
-    tokenizer = BertTokenizerFast.from_pretrained(tiny_encoder_dir)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, num_labels=3,
-                        id2label={0: "CONTRADICTION", 1: "ENTAILMENT", 2: "NEUTRAL"},
-                        label2id={"CONTRADICTION": 0, "ENTAILMENT": 1, "NEUTRAL": 2})
-    BertForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return build_tiny_nli(tmp_path_factory.mktemp("tiny_nli"), tiny_encoder_dir,
+                          {0: "CONTRADICTION", 1: "ENTAILMENT", 2: "NEUTRAL"})
 
 
 def test_nli_eval_job(prepared_dir: Path, tiny_nli_dir: Path, tmp_path: Path) -> None:

@@ -7,40 +7,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_models import build_tiny_nli
 
 from veracity.models.nli import aggregate_windows, pack_windows, split_sentences
-
-
-def _save_tiny_nli(folder: Path, tokenizer_dir: Path, id2label: dict[int, str], permutation: list[int] | None = None,
-                   **config_keys: object) -> Path:
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
-
-    tokenizer = BertTokenizerFast.from_pretrained(tokenizer_dir)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, num_labels=3, max_position_embeddings=128)
-    model = BertForSequenceClassification(config)
-    if permutation is not None:  # the same network with its output rows reordered
-        with torch.no_grad():
-            model.classifier.weight.copy_(model.classifier.weight[permutation])
-            model.classifier.bias.copy_(model.classifier.bias[permutation])
-    model.config.id2label = id2label
-    model.config.label2id = {v: k for k, v in id2label.items()}
-    for key, value in config_keys.items():
-        setattr(model.config, key, value)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
 def verifier_dirs(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("nli_verifier")
-    plain = _save_tiny_nli(base / "plain", tiny_encoder_dir, {0: "entailment", 1: "neutral", 2: "contradiction"},
+    plain = build_tiny_nli(base / "plain", tiny_encoder_dir, {0: "entailment", 1: "neutral", 2: "contradiction"},
                            veracity_max_length=40, veracity_evidence_titles=True)
     # Row i of the permuted head is row permutation[i] of the plain one; its label names follow.
-    permuted = _save_tiny_nli(base / "permuted", tiny_encoder_dir,
+    permuted = build_tiny_nli(base / "permuted", tiny_encoder_dir,
                               {0: "CONTRADICTION", 1: "ENTAILMENT", 2: "NEUTRAL"}, permutation=[2, 0, 1],
                               veracity_max_length=40, veracity_evidence_titles=True)
     return {"plain": plain, "permuted": permuted}
@@ -64,13 +42,13 @@ def test_input_settings_come_from_config_json(verifier_dirs: dict[str, Path], tm
 
     verifier = NLIVerifier(str(verifier_dirs["plain"]))
     assert verifier.max_length == 40 and verifier.evidence_titles
-    legacy = _save_tiny_nli(tmp_path / "legacy", tiny_encoder_dir, {0: "entailment", 1: "neutral", 2: "contradiction"},
+    legacy = build_tiny_nli(tmp_path / "legacy", tiny_encoder_dir, {0: "entailment", 1: "neutral", 2: "contradiction"},
                             veracity_evidence_titles=False)  # trained before max_length was recorded
     assert NLIVerifier(str(legacy)).max_length == LEGACY_VERACITY_MAX_LENGTH
-    hub_like = _save_tiny_nli(tmp_path / "hub", tiny_encoder_dir, {0: "contradiction", 1: "entailment", 2: "neutral"})
+    hub_like = build_tiny_nli(tmp_path / "hub", tiny_encoder_dir, {0: "contradiction", 1: "entailment", 2: "neutral"})
     hub_verifier = NLIVerifier(str(hub_like))  # the model's own limit: tokenizer and position embeddings
     assert hub_verifier.max_length == min(hub_verifier.tokenizer.model_max_length, 128)
-    bad = _save_tiny_nli(tmp_path / "bad", tiny_encoder_dir, {0: "yes", 1: "no", 2: "maybe"})
+    bad = build_tiny_nli(tmp_path / "bad", tiny_encoder_dir, {0: "yes", 1: "no", 2: "maybe"})
     with pytest.raises(ValueError, match="id2label"):
         NLIVerifier(str(bad))
 

@@ -30,22 +30,12 @@ def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 @pytest.fixture(scope="module")
 def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from tiny_models import build_tiny_nli
 
-    folder = tmp_path_factory.mktemp("tiny_verifier")
-    tokenizer = BertTokenizerFast.from_pretrained(tiny_encoder_dir)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, num_labels=3,
-                        id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
-                        label2id={"entailment": 0, "neutral": 1, "contradiction": 2})
-    model = BertForSequenceClassification(config)
-    model.config.veracity_max_length = 48  # small, so a long passage must be windowed
-    model.config.veracity_evidence_titles = False
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    # a small max_length, so a long passage must be windowed
+    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
+                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_max_length=48,
+                          veracity_evidence_titles=False)
 
 
 def _result(*texts: str, logprob: float = -0.2) -> GenerationResult:

@@ -50,3 +50,28 @@ def build_tiny_llama(folder: Path, seed: int = 0) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def build_tiny_nli(folder: Path, tokenizer_dir: Path, id2label: dict[int, str], permutation: list[int] | None = None,
+                   **config_keys: object) -> Path:
+    """A tiny random BERT 3-way classifier (the tokenizer of ``tokenizer_dir``), saved like any verifier folder;
+    ``permutation`` reorders the head's rows (the same network under another label order)."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    tokenizer = BertTokenizerFast.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, num_labels=3, max_position_embeddings=128)
+    model = BertForSequenceClassification(config)
+    if permutation is not None:  # the same network with its output rows reordered
+        with torch.no_grad():
+            model.classifier.weight.copy_(model.classifier.weight[permutation])
+            model.classifier.bias.copy_(model.classifier.bias[permutation])
+    model.config.id2label = id2label
+    model.config.label2id = {v: k for k, v in id2label.items()}
+    for key, value in config_keys.items():
+        setattr(model.config, key, value)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
