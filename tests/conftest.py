@@ -20,6 +20,10 @@ from fixture_data import build_data_root  # noqa: E402
 def _isolated_caches(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     hf_home = tmp_path_factory.getbasetemp() / "hf_home"
     monkeypatch.setenv("HF_HOME", str(hf_home))
+    # Tests never pick up a pre-built model from ../shared/models by accident (tests that want one set it).
+    models_root = tmp_path_factory.getbasetemp() / "empty_models_root"
+    models_root.mkdir(exist_ok=True)
+    monkeypatch.setenv("VERACITY_MODELS_ROOT", str(models_root))
 
 
 @pytest.fixture(scope="session")
