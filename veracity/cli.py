@@ -16,8 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
     "index": ("veracity.infer.retrieval.cli", "build / search retrieval indexes (BM25, FAISS, fusion, rerank)"),
     "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA), `train nli` (verifier), `train calibrator`"),
-    "infer": ("@infer", "offline batch inference: `infer r2vc` (the R2VC pipeline), `infer generate`"),
-    "eval": ("@eval", "evaluation: `eval r2vc`, `eval averitec`, `eval retrieval`, `eval checkpoint`"),
+    "infer": ("@infer", "offline batch inference: `infer r2vc|aic|sciclaim|uts` (the pipelines), `infer generate`"),
+    "eval": ("@eval", "evaluation: `eval r2vc|averitec|sciclaim|m4` (scorers), `eval retrieval`, `eval checkpoint`"),
 }
 SUBCOMMANDS: dict[str, dict[str, str]] = {
     # a bare `veracity prep` (or one followed by options) prepares the datasets
