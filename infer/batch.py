@@ -116,15 +116,19 @@ def recover_output(path: Path) -> set[str]:
     return set(recover_statuses(path))
 
 
-def latest_records(path: str | Path) -> list[dict[str, Any]]:
+def latest_records(path: str | Path, what: str = "a batch output record") -> list[dict[str, Any]]:
     """The records of a batch output, one per id: the last one written (a retried error is replaced), in the
-    order the ids first appear."""
+    order the ids first appear. A line that is not a record is a ValueError naming ``path:line`` (and ``what``)."""
     latest: dict[str, dict[str, Any]] = {}
     with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
                 record = json.loads(line)
                 latest[str(record["id"])] = record
+            except (json.JSONDecodeError, KeyError, TypeError) as error:
+                raise ValueError(f"{path}:{number}: not {what} ({error})") from None
     return list(latest.values())
 
 

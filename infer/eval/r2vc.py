@@ -15,7 +15,6 @@ over the answered claims; ``aurc`` the area under the risk–coverage curve of t
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -51,18 +50,10 @@ def make_parser() -> Any:
 
 def load_records(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(claim records, error records); the last record for an id wins (a re-run replaces a failed one)."""
-    latest: dict[str, dict[str, Any]] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                latest[str(row["id"])] = row
-            except (json.JSONDecodeError, KeyError) as error:
-                raise ValueError(f"{path}:{number}: not an R2VC record ({error})") from None
+    from veracity.infer.batch import latest_records
+
     records, errors = [], []
-    for row in latest.values():
+    for row in latest_records(path, what="an R2VC record"):
         if row.get("status") == "error":
             errors.append(row)
         else:
