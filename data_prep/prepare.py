@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from veracity.data_prep.averitec import load_averitec
 from veracity.data_prep.checkthat import load_checkthat
@@ -221,12 +222,18 @@ def format_summary(manifest: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((PrepConfig,), "veracity prep")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     from veracity.config import parse_config
     from veracity.data_prep.errors import DataError
     from veracity.rundir import write_run_config
 
-    (config,) = parse_config((PrepConfig,), argv, prog="veracity prep")
+    (config,) = parse_config(make_parser(), argv)
     try:
         loaded = load_all(config)
     except (DataError, FileNotFoundError) as error:

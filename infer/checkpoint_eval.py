@@ -149,12 +149,19 @@ def markdown(results: dict[str, dict[str, Any]], kind: str) -> str:
     return "\n".join(lines)
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+    from veracity.models.engine import EngineConfig
+
+    return parser_for((CheckpointEvalArgs, EngineConfig), "veracity eval checkpoint")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.config import parse_config
-    from veracity.models.engine import EngineConfig, make_engine
+    from veracity.models.engine import make_engine
     from veracity.rundir import write_run_config
 
-    args, engine_config = parse_config((CheckpointEvalArgs, EngineConfig), argv, prog="veracity eval checkpoint")
+    args, engine_config = parse_config(make_parser(), argv)
     write_run_config(args.output_dir, args, engine_config, job="eval checkpoint")
     results: dict[str, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []

@@ -27,7 +27,7 @@ from typing import Any
 
 from veracity.infer.batch import output_lock, parse_shard, run_batch
 from veracity.infer.parsing import extract_json_object
-from veracity.models.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
+from veracity.models.engine import Engine, EngineConfig, GenerationRequest, SamplingOptions, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +39,6 @@ class GenerateArgs:
     id_field: str = "id"
     template: str | None = field(default=None, metadata={"help": "User message built with str.format(**item)."})
     system: str | None = field(default=None, metadata={"help": "System message added before templated items."})
-    n: int = 1
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_new_tokens: int = 256
-    seed: int | None = 0
-    stop: list[str] = field(default_factory=list)
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the items."})
     requests_per_call: int = field(default=8, metadata={"help": "Items handed to the engine at once."})
     parse_json: bool = field(default=False, metadata={"help": "Parse each candidate as a JSON object."})
@@ -98,10 +92,7 @@ def load_schema(path: str | None) -> str | None:
     return json.dumps(schema, sort_keys=True, ensure_ascii=False)
 
 
-def make_processor(engine: Engine, args: GenerateArgs, json_schema: str | None = None):
-    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p,
-                            max_new_tokens=args.max_new_tokens, seed=args.seed, stop=tuple(args.stop),
-                            json_schema=json_schema)
+def make_processor(engine: Engine, args: GenerateArgs, params: SamplingParams):
 
     def process(items: Sequence[dict[str, Any]]) -> list[Any]:
         outcomes: list[Any] = [None] * len(items)
@@ -119,7 +110,7 @@ def make_processor(engine: Engine, args: GenerateArgs, json_schema: str | None =
             candidates = []
             for c in result.candidates:
                 record = c.to_dict()
-                if args.parse_json or json_schema:
+                if args.parse_json or params.json_schema:
                     parsed = extract_json_object(c.text)
                     record.update(parsed=parsed.value, parse_error=parsed.error)
                 candidates.append(record)
@@ -129,6 +120,12 @@ def make_processor(engine: Engine, args: GenerateArgs, json_schema: str | None =
     return process
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((GenerateArgs, SamplingOptions, EngineConfig), "veracity infer generate")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.config import parse_config
     from veracity.data_prep.readers import read_jsonl
@@ -136,18 +133,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.models.engine import make_engine
     from veracity.rundir import write_run_config
 
-    args, engine_config = parse_config((GenerateArgs, EngineConfig), argv, prog="veracity infer generate")
+    args, sampling, engine_config = parse_config(make_parser(), argv)
     shard = parse_shard(args.shard)
     out = Path(args.output_dir)
     name = "predictions.jsonl" if shard[1] == 1 else f"predictions.shard-{shard[0]}-of-{shard[1]}.jsonl"
     items = [row for _, row in read_jsonl(args.input)]  # a bad line is a DataError before anything is written
     schema = load_schema(args.json_schema)
+    params = sampling.params(json_schema=schema)
     out.mkdir(parents=True, exist_ok=True)
     with output_lock(out / name):  # a refused second run must not overwrite the running one's record either
-        write_run_config(out, args, engine_config, job="infer generate")
+        write_run_config(out, args, sampling, engine_config, job="infer generate")
         engine = make_engine(engine_config)
         try:
-            summary = run_batch(items, make_processor(engine, args, schema), out / name, id_field=args.id_field,
+            summary = run_batch(items, make_processor(engine, args, params), out / name, id_field=args.id_field,
                                 shard=shard, batch_size=args.requests_per_call, progress=args.progress,
                                 retry_errors=args.retry_errors, take_lock=False)
         finally:

@@ -59,6 +59,27 @@ class SamplingParams:
         return data
 
 
+@dataclass
+class SamplingOptions:
+    """A job's sampling options (``--n --temperature --top_p --max_new_tokens --seed --stop``): the parser-facing
+    face of :class:`SamplingParams`, whose defaults and checks it uses."""
+
+    n: int = SamplingParams.n
+    temperature: float = SamplingParams.temperature
+    top_p: float = SamplingParams.top_p
+    max_new_tokens: int = SamplingParams.max_new_tokens
+    seed: int | None = SamplingParams.seed
+    stop: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.params()  # the same checks, at parse time
+
+    def params(self, **extra: Any) -> SamplingParams:
+        """These options as :class:`SamplingParams` (``extra``: logprobs, json_schema)."""
+        return SamplingParams(n=self.n, temperature=self.temperature, top_p=self.top_p,
+                              max_new_tokens=self.max_new_tokens, seed=self.seed, stop=tuple(self.stop), **extra)
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     messages: tuple[Message, ...] = ()

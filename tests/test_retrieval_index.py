@@ -213,3 +213,34 @@ def test_paired_randomization_test_by_hand() -> None:
     # 40 queries, all +0.1: the Monte Carlo p is its floor 1/(samples+1); order of a and b does not matter
     assert paired_randomization_test([0.1] * 40, [0.0] * 40, samples=999) == 1 / 1000
     assert paired_randomization_test([0.0] * 40, [0.1] * 40, samples=999) == 1 / 1000
+
+
+def test_index_commands_and_the_tuned_search_recipe(bench: Path, tmp_path: Path, tiny_encoder_dir: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`veracity index build` / `index search` through the command line; the α* that `eval retrieval` tuned comes
+    back as a recipe that `index search --config` reads."""
+    import yaml
+
+    from veracity import cli
+    from veracity.infer.retrieval.evaluate import main as evaluate
+    from veracity.infer.retrieval.fusion import DEFAULT_ALPHA
+
+    folder = tmp_path / "idx"
+    cli.main(["index", "build", "--corpus", str(bench / "toy_corpus.jsonl"), "--output_dir", str(folder),
+              "--embedder", str(tiny_encoder_dir), "--faiss_kind", "flat", "--stem", "true"])
+    assert (folder / "index_meta.json").is_file() and (folder / "run_config.yaml").is_file()
+    results = evaluate(["--prepared_dir", str(bench), "--benchmarks", "toy", "--output_dir", str(tmp_path / "run"),
+                        "--embedder", str(tiny_encoder_dir), "--faiss_kind", "flat", "--rerank", "false",
+                        "--alphas", "0.2", "0.8"])
+    recipe = tmp_path / "run" / "search" / "toy.yaml"
+    values = yaml.safe_load(recipe.read_text())
+    assert values["mode"] == "alpha" and values["alpha"] == results["toy"]["best_alpha"] != DEFAULT_ALPHA
+    capsys.readouterr()
+    cli.main(["index", "search", "--config", str(recipe), "--index_dir", str(folder), "--top_k", "3",
+              "--query", "polar bear sea ice"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# polar bear sea ice" and len(lines) == 4
+    index = load_index(folder)
+    settings = SearchSettings(mode="alpha", alpha=values["alpha"], top_k=3)
+    tuned = Searcher(index, settings).search(["polar bear sea ice"])
+    assert [line.split()[2] for line in lines[1:]] == [doc for doc, _ in tuned[0]]

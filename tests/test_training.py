@@ -419,7 +419,7 @@ def test_real_scale_recipes_report_to_tensorboard_and_cpu_recipes_to_none(monkey
 
     from veracity.config import parse_config
     from veracity.train.dpo import DPOScriptArgs
-    from veracity.train.sft import TrainScriptArgs, check_reporting
+    from veracity.train.lora import TrainScriptArgs, check_reporting
 
     configs = Path(__file__).parents[1] / "configs/train"
     sft, dpo = (TrainScriptArgs, SFTConfig), (DPOScriptArgs, DPOConfig)

@@ -11,15 +11,12 @@ it as the reference: twice the adapter state and a PeftModel that TRL refuses al
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.train.sft import TrainScriptArgs, prepare_run, run_job, train_lora
-
-logger = logging.getLogger(__name__)
+from veracity.train.lora import TrainScriptArgs, prepare_run, run_job, train_lora
 
 
 @dataclass
@@ -30,10 +27,16 @@ class DPOScriptArgs(TrainScriptArgs):
     )
 
 
-def main(argv: Sequence[str] | None = None) -> Any:
+def make_parser() -> Any:
     from trl import DPOConfig, ModelConfig
 
-    return run_job((DPOScriptArgs, DPOConfig, ModelConfig), argv, "veracity train dpo", train_dpo)
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((DPOScriptArgs, DPOConfig, ModelConfig), "veracity train dpo")
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    return run_job(make_parser(), argv, train_dpo)
 
 
 def train_dpo(script: DPOScriptArgs, training_args: Any, model_args: Any) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from veracity.io import atomic_directory, is_completed
 
@@ -59,10 +60,16 @@ def write_merged_card(folder: Path, base: str, base_dir: Path, adapter: Path) ->
                             appendix=appendix)
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((MergeArgs,), "veracity train merge")
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     from veracity.config import parse_config
 
-    (args,) = parse_config((MergeArgs,), argv, prog="veracity train merge")
+    (args,) = parse_config(make_parser(), argv)
     folder = merge_adapter(args.base, args.adapter, args.output_dir, args.dtype)
     print(f"merged model written to {folder}")
     return folder

@@ -168,13 +168,20 @@ def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(gold, pred, sorted(set(gold)))}
 
 
+def make_parser() -> Any:
+    from transformers import TrainingArguments
+
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((NLIDataArgs, TrainingArguments), "veracity train nli")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from transformers import (
         AutoModelForSequenceClassification,
         AutoTokenizer,
         DataCollatorWithPadding,
         Trainer,
-        TrainingArguments,
     )
 
     from veracity.config import parse_config
@@ -182,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.rundir import write_run_config
     from veracity.train.common import last_checkpoint
 
-    args, training = parse_config((NLIDataArgs, TrainingArguments), argv, prog="veracity train nli")
+    args, training = parse_config(make_parser(), argv)
     if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
         training.max_steps = min(training.max_steps if training.max_steps > 0 else 150, 150)
         args.max_eval_per_source = min(args.max_eval_per_source, 100)

@@ -159,10 +159,16 @@ def build(config: TrainingSetConfig, miner: Miner | None = None
     return sft, dpo, stats
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((TrainingSetConfig,), "veracity prep training-sets")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.config import parse_config
 
-    (config,) = parse_config((TrainingSetConfig,), argv, prog="veracity prep training-sets")
+    (config,) = parse_config(make_parser(), argv)
     miner = None
     if config.mine_model:
         from veracity.models.engine import EngineConfig, make_engine

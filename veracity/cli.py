@@ -14,7 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prep": ("@prep", "prepare datasets into validated records + manifest; `prep training-sets` for SFT/DPO"),
     "models": ("veracity.models.registry", "list / resolve / materialize the models of each role"),
     "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
-    "index": ("veracity.infer.retrieval.cli", "build / search retrieval indexes (BM25, FAISS, fusion, rerank)"),
+    "index": ("@index", "`index build` / `index search`: retrieval indexes (BM25, FAISS, fusion, rerank)"),
     "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA), `train nli` (verifier), `train calibrator`"),
     "infer": ("@infer", "offline batch inference: `infer r2vc|aic|sciclaim|uts` (the pipelines), `infer generate`"),
     "eval": ("@eval", "evaluation: `eval r2vc|averitec|sciclaim|m4` (scorers), `eval retrieval`, `eval checkpoint`"),
@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
     "@infer": {"generate": "veracity.infer.generate", "r2vc": "veracity.infer.pipelines.r2vc.run",
                "sciclaim": "veracity.infer.pipelines.sciclaimseekers.run", "aic": "veracity.infer.pipelines.aic.run",
                "uts": "veracity.infer.pipelines.uts.run"},
+    "@index": {"build": "veracity.infer.retrieval.index_build", "search": "veracity.infer.retrieval.index_search"},
     "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge",
                "nli": "veracity.train.nli", "calibrator": "veracity.train.calibrator"},
 }

@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -198,11 +199,17 @@ def stage_r2vc(config: DemoConfig) -> None:
     print()
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((DemoConfig,), "veracity demo")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from veracity.config import parse_config
     from veracity.rundir import write_run_config
 
-    (config,) = parse_config((DemoConfig,), argv, prog="veracity demo")
+    (config,) = parse_config(make_parser(), argv)
     write_run_config(config.output_dir, config, job="demo")
     print("== 1. data preparation")
     stage_prep(config)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from veracity.infer.retrieval.metrics import hit_at_k, reciprocal_rank
 
@@ -41,6 +42,12 @@ def checkthat_scores(rankings: Mapping[str, Sequence[str]], gold: Mapping[str, S
             "hit@5": sum(h5) / n if n else 0.0, "n": n}
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((SciClaimEvalArgs,), "veracity eval sciclaim")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, float | int]:
     import sys
 
@@ -49,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float | int]:
     from veracity.infer.pipelines.sciclaimseekers.task_io import read_posts, read_submission
     from veracity.io import write_json
 
-    (args,) = parse_config((SciClaimEvalArgs,), argv, prog="veracity eval sciclaim")
+    (args,) = parse_config(make_parser(), argv)
     try:
         rankings = read_submission(args.submission)
         posts = read_posts(args.gold)

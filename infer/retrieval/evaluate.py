@@ -9,7 +9,8 @@ Writes ``metrics.json`` and ``results.md`` (one Markdown table per benchmark) in
 tools expect them, ``trec/<benchmark>/<configuration>.run`` (TREC run files: ``qid Q0 docid rank score tag``),
 ``trec/<benchmark>.qrels`` (``qid 0 docid 1``) and ``per_query/<benchmark>.jsonl`` (every metric of every query
 and configuration). Each configuration's nDCG@10 is compared with the best one's by a paired randomization test
-over the queries; the table marks differences the test does not support (p >= 0.05) with ``≈``.
+over the queries; the table marks differences the test does not support (p >= 0.05) with ``≈``. The tuned α* is
+kept for reuse: ``search/<benchmark>.yaml`` is a recipe for ``veracity index search --config``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from veracity.infer.retrieval.fusion import Hits
+from veracity.infer.retrieval.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Hits
 from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, LoadedIndex, build_index, load_index
 from veracity.infer.retrieval.metrics import paired_randomization_test, per_query_metrics, retrieval_metrics
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings, combine
@@ -40,7 +42,7 @@ class RetrievalEvalConfig:
     eval_split: str = field(default="dev", metadata={"help": "Split reported."})
     tune_split: str = field(default="train", metadata={"help": "Split on which α* is chosen."})
     alphas: list[float] = field(default_factory=lambda: [0.2, 0.3, 0.5, 0.7, 0.8])
-    rrf_k: int = 60
+    rrf_k: int = DEFAULT_RRF_K
     candidates: int = field(default=100, metadata={"help": "Hits per retriever before fusion."})
     rerank: bool = field(default=True, metadata={"help": "Add cross-encoder reranked rows."})
     reranker: str = "embedded"
@@ -94,7 +96,7 @@ def evaluate_benchmark(name: str, config: RetrievalEvalConfig, settings: IndexSe
         return [combine(mode, s, d, alpha, config.rrf_k, top) for s, d in zip(sp, de, strict=True)]
 
     tuned = {a: _score(fused("alpha", a, tn_sparse, tn_dense), tuning)["ndcg@10"] for a in config.alphas}
-    best_alpha = max(tuned, key=lambda a: (tuned[a], -abs(a - 0.5)))
+    best_alpha = max(tuned, key=lambda a: (tuned[a], -abs(a - DEFAULT_ALPHA)))  # ties: the default
     rows: dict[str, list[Hits]] = {
         "BM25": fused("bm25", 0, ev_sparse, ev_dense),
         "dense": fused("dense", 0, ev_sparse, ev_dense),
@@ -167,6 +169,24 @@ def write_trec(out: Path, name: str, queries: Sequence[dict], rows: dict[str, li
         for label in rows for i, q in enumerate(queries)))
 
 
+def tuned_settings(config: RetrievalEvalConfig, best_alpha: float) -> SearchSettings:
+    """The search settings this evaluation chose: α-fusion at the tuned α*, the evaluated depth and reranker."""
+    return SearchSettings(mode="alpha", alpha=best_alpha, rrf_k=config.rrf_k, candidates=config.candidates,
+                          rerank=config.rerank, reranker=config.reranker, rerank_top_n=config.rerank_top_n)
+
+
+def write_tuned_settings(path: Path, config: RetrievalEvalConfig, result: dict[str, object]) -> None:
+    """``search/<benchmark>.yaml``: the tuned settings as a recipe for ``veracity index search --config``."""
+    import dataclasses
+
+    import yaml
+
+    settings = tuned_settings(config, float(result["best_alpha"]))  # type: ignore[arg-type]
+    header = (f"# Tuned by `veracity eval retrieval` on {result['benchmark']} ({config.tune_split} split): "
+              f"veracity index search --config {path} --index_dir ... --query ...\n")
+    write_text(path, header + yaml.safe_dump(dataclasses.asdict(settings), sort_keys=False, allow_unicode=True))
+
+
 def markdown_table(result: dict[str, object]) -> str:
     queries = result["queries"]
     significance = result.get("significance") or {}
@@ -193,14 +213,22 @@ def markdown_table(result: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((RetrievalEvalConfig, IndexSettings), "veracity eval retrieval")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     from veracity.config import parse_config
     from veracity.rundir import write_run_config
 
-    config, settings = parse_config((RetrievalEvalConfig, IndexSettings), argv, prog="veracity eval retrieval")
+    config, settings = parse_config(make_parser(), argv)
     write_run_config(config.output_dir, config, settings, job="eval retrieval")
     results = {name: evaluate_benchmark(name, config, settings) for name in config.benchmarks}
     write_json(Path(config.output_dir) / "metrics.json", results)
+    for name, result in results.items():
+        write_tuned_settings(Path(config.output_dir) / "search" / f"{name}.yaml", config, result)
     tables = "\n\n".join(markdown_table(r) for r in results.values())
     (Path(config.output_dir) / "results.md").write_text(tables + "\n", encoding="utf-8")
     print(tables)

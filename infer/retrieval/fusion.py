@@ -11,6 +11,12 @@ import numpy as np
 
 Hits = list[tuple[str, float]]
 
+# The one home of the fusion constants every retriever, pipeline and evaluation starts from: α = 0.5 (SPEC §1,
+# equal weight of BM25 and dense) and RRF k = 60 (SPEC §3, the usual constant). `veracity eval retrieval` tunes α
+# per benchmark and writes the tuned settings for `index search --config` (and their α for `infer r2vc --alpha`).
+DEFAULT_ALPHA = 0.5
+DEFAULT_RRF_K = 60
+
 
 def minmax_normalize(hits: Hits) -> dict[str, float]:
     """Scores of one retriever for one query rescaled to [0, 1].

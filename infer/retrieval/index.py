@@ -38,24 +38,26 @@ class IndexMismatchError(ValueError):
 
 @dataclass
 class IndexSettings:
-    """How to index a corpus (fields double as the ``veracity index build`` options)."""
+    """How to index a corpus: the flat face of the BM25, encoder and FAISS parameter classes, whose defaults it
+    takes (fields double as the ``veracity index build`` options)."""
 
     sparse: bool = field(default=True, metadata={"help": "Build the BM25 index."})
     dense: bool = field(default=True, metadata={"help": "Build the FAISS index."})
     include_title: bool = field(default=True, metadata={"help": "Index 'title. text' rather than the text alone."})
     analyzer: str = field(default="default", metadata={"help": "BM25 analyzer: default or social."})
     stem: bool = field(default=False, metadata={"help": "Snowball-stem BM25 tokens."})
-    k1: float = 1.5
-    b: float = 0.75
-    embedder: str = field(default="embedded", metadata={"help": "Encoder: 'embedded', 'real', a path or hub id."})
-    query_prefix: str = ""
-    doc_prefix: str = ""
-    max_length: int = 256
-    encode_batch_size: int = 64
-    faiss_kind: str = field(default="hnsw", metadata={"help": "flat (exact) or hnsw."})
-    hnsw_m: int = 32
-    ef_construction: int = 200
-    ef_search: int = 128
+    k1: float = BM25Params.k1
+    b: float = BM25Params.b
+    embedder: str = field(default=EncoderSpec.model, metadata={
+        "help": "Encoder: 'embedded', 'real', a path or hub id."})
+    query_prefix: str = EncoderSpec.query_prefix
+    doc_prefix: str = EncoderSpec.doc_prefix
+    max_length: int = EncoderSpec.max_length
+    encode_batch_size: int = EncoderSpec.batch_size
+    faiss_kind: str = field(default=FaissParams.kind, metadata={"help": "flat (exact) or hnsw."})
+    hnsw_m: int = FaissParams.m
+    ef_construction: int = FaissParams.ef_construction
+    ef_search: int = FaissParams.ef_search
     stream_batch: int = field(default=2048, metadata={"help": "Documents read and encoded per batch."})
     reuse_embeddings: str | None = field(
         default=None,

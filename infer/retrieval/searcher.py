@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from veracity.infer.retrieval.fusion import Hits, alpha_fusion, reciprocal_rank_fusion
+from veracity.infer.retrieval.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Hits, alpha_fusion, reciprocal_rank_fusion
 from veracity.infer.retrieval.index import LoadedIndex
 from veracity.infer.retrieval.rerank import CrossEncoderReranker
 
@@ -15,8 +15,8 @@ MODES = ("bm25", "dense", "alpha", "rrf")
 @dataclass
 class SearchSettings:
     mode: str = field(default="alpha", metadata={"help": f"One of {MODES}."})
-    alpha: float = field(default=0.5, metadata={"help": "Weight of BM25 in α-fusion (R2VC)."})
-    rrf_k: int = field(default=60, metadata={"help": "RRF constant k."})
+    alpha: float = field(default=DEFAULT_ALPHA, metadata={"help": "Weight of BM25 in α-fusion (R2VC)."})
+    rrf_k: int = field(default=DEFAULT_RRF_K, metadata={"help": "RRF constant k."})
     candidates: int = field(default=100, metadata={"help": "Hits taken from each retriever before fusion."})
     top_k: int = field(default=10, metadata={"help": "Hits returned."})
     rerank: bool = field(default=False, metadata={"help": "Re-score the fused head with a cross-encoder."})

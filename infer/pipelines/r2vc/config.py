@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from veracity.infer.retrieval.fusion import DEFAULT_ALPHA
+
 ABSTENTION_MODES = ("fixed", "risk_control", "none")
 # Prepared claim sources without evidence of their own → the prepared corpus they retrieve from.
 RETRIEVAL_CORPORA = {"climate_fever_claims": "climate_fever_corpus", "fever_paper_dev": "fever_wiki_paragraphs"}
@@ -37,7 +39,7 @@ class R2VCConfig:
                 "to measure how often decisions flip (bench/r2vc_injection.py)."})
     # --- retrieval (sources without their own evidence) ----------------------------------------------------
     top_k: int = field(default=5, metadata={"help": "Evidence passages kept per claim from retrieval (the pool K)."})
-    alpha: float = field(default=0.5, metadata={"help": "BM25 weight of the min–max α-fusion (SPEC §1)."})
+    alpha: float = field(default=DEFAULT_ALPHA, metadata={"help": "BM25 weight of the min–max α-fusion (SPEC §1)."})
     retrieval_candidates: int = field(default=100, metadata={"help": "Hits per retriever before fusion."})
     # --- generator ----------------------------------------------------------------------------------------
     use_generator: bool = field(default=True, metadata={"help": "false: the NLI-only ablation (no generator)."})

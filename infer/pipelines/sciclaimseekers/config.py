@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from veracity.infer.retrieval.dense import E5_INSTRUCT_QUERY_PREFIX
+from veracity.infer.retrieval.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K
 
 RERANKERS = ("llm", "cross_encoder", "none")
 
@@ -41,10 +42,10 @@ class SciClaimConfig:
     max_length: int = field(default=512, metadata={"help": "Encoder tokens per text."})
     encode_batch_size: int = 64
     candidates: int = field(default=100, metadata={"help": "Hits per retriever before fusion."})
-    rrf_k: int = field(default=60, metadata={"help": "RRF constant k."})
+    rrf_k: int = field(default=DEFAULT_RRF_K, metadata={"help": "RRF constant k."})
     fusion_depth: int = field(default=50, metadata={"help": "Fused candidates kept for the reranker."})
     top_k: int = field(default=5, metadata={"help": "Papers submitted per post."})
-    alpha: float = field(default=0.5, metadata={"help": "BM25 weight of the α-fusion row of the ablation."})
+    alpha: float = field(default=DEFAULT_ALPHA, metadata={"help": "BM25 weight of the α-fusion row of the ablation."})
     # --- rerank -------------------------------------------------------------------------------------------
     reranker: str = field(default="llm", metadata={"help": f"One of {RERANKERS}."})
     cross_encoder: str = field(default="embedded", metadata={"help": "Cross-encoder: 'embedded', 'real', path."})

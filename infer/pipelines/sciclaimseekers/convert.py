@@ -16,6 +16,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +61,18 @@ def convert_pickle(pickle_path: str | Path, output: str | Path, trust_pickle: bo
     return count
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((ConvertArgs,), "veracity prep sciclaim-collection")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     from veracity.config import parse_config
 
-    (args,) = parse_config((ConvertArgs,), argv, prog="veracity prep sciclaim-collection")
+    (args,) = parse_config(make_parser(), argv)
     try:
         count = convert_pickle(args.pickle, args.output, args.trust_pickle)
     except PermissionError as error:

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from veracity.data_prep.schema import CorpusDocument, RetrievalQuery
 
@@ -69,10 +70,16 @@ def build_task(prepared_dir: str | Path, task: str, output_dir: str | Path) -> d
     return paths
 
 
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((TaskArgs,), "veracity prep sciclaim-tasks")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Path]]:
     from veracity.config import parse_config
 
-    (args,) = parse_config((TaskArgs,), argv, prog="veracity prep sciclaim-tasks")
+    (args,) = parse_config(make_parser(), argv)
     built = {task: build_task(args.prepared_dir, task, Path(args.output_dir) / task) for task in args.tasks}
     for task, paths in built.items():
         print(f"{task}: " + ", ".join(f"{k} {v}" for k, v in paths.items()))

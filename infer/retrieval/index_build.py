@@ -1,0 +1,37 @@
+"""Build a retrieval index over a corpus.
+
+Usage: veracity index build --corpus runs/prep/climate_fever_corpus.jsonl --output_dir runs/index/cf [--dense false]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veracity.infer.retrieval.index import IndexSettings
+
+
+@dataclass
+class BuildArgs:
+    corpus: str = field(metadata={"help": "CorpusDocument JSONL (e.g. a veracity prep output)."})
+    output_dir: str = field(metadata={"help": "Index folder to write."})
+
+
+def make_parser() -> Any:
+    from veracity.config import make_parser as parser_for
+
+    return parser_for((BuildArgs, IndexSettings), "veracity index build")
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    from veracity.config import parse_config
+    from veracity.infer.retrieval.index import build_index
+    from veracity.rundir import write_run_config
+
+    build, settings = parse_config(make_parser(), argv)
+    write_run_config(build.output_dir, build, settings, job="index build")
+    folder = build_index(build.corpus, build.output_dir, settings)
+    print(f"index written to {folder}")
+    return folder

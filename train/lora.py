@@ -1,0 +1,163 @@
+"""The LoRA training harness shared by ``train sft`` and ``train dpo``: parse, dry-run or train, save, card.
+
+A job hands :func:`run_job` its parser (script args, TRL trainer config, ``ModelConfig``) and a ``train``
+function; :func:`train_lora` runs any TRL trainer on prompt/completion or preference records, resumes from the
+newest checkpoint, saves the adapter with its model card and marks the run done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainScriptArgs:
+    train_file: str = field(default="runs/prep/training/sft.jsonl", metadata={"help": "Training records (JSONL)."})
+    eval_file: str | None = field(default=None, metadata={"help": "Optional evaluation records."})
+    max_train_examples: int | None = field(default=None, metadata={"help": "Cap (quick runs)."})
+    dry_run: bool = field(default=False, metadata={"help": "Meta-device build + memory estimate; no training."})
+    architecture: str | None = field(
+        default=None, metadata={"help": "Config for --dry_run: a shipped name (llama31_8b), folder or config.json."}
+    )
+
+
+def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
+    """A dry run parses GPU recipes on any machine: bf16 is read from the recipe (its ``base`` chain resolved),
+    then switched off for parsing (TrainingArguments refuses bf16 without a GPU). Returns the argv to parse and
+    whether the recipe is half precision."""
+    from transformers.hf_argparser import string_to_bool
+
+    from veracity.config import load_config_values
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--dry_run", type=string_to_bool, nargs="?", const=True, default=False)
+    peek.add_argument("--config")
+    known, _ = peek.parse_known_args(args)
+    if not known.dry_run:
+        return (None if argv is None else args), False
+    recipe = load_config_values(known.config) if known.config else {}
+    half = bool(recipe.get("bf16")) or recipe.get("dtype") in ("bfloat16", "float16")
+    return args + ["--bf16", "false", "--use_cpu", "true"], half
+
+
+def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, half: bool) -> Any:
+    from veracity.train.memory import dry_run
+
+    architecture = script.architecture or model_args.model_name_or_path
+    batch = training_args.per_device_train_batch_size
+    estimate = dry_run(architecture, model_args.lora_target_modules or "all-linear", model_args.lora_r,
+                       model_args.lora_alpha, batch, training_args.max_length or 1024,
+                       bool(training_args.gradient_checkpointing), dtype_bytes=2 if half else 4)
+    print(f"dry run: {architecture}, LoRA r={model_args.lora_r} on {model_args.lora_target_modules}, "
+          f"batch {batch} x {training_args.max_length} tokens, gradient checkpointing "
+          f"{bool(training_args.gradient_checkpointing)}")
+    print(estimate.peft_line())
+    print(estimate.table())
+    return estimate
+
+
+def prepare_run(script: TrainScriptArgs, training_args: Any, model_args: Any, job: str) -> Path:
+    """Resolve the model, record the run, and return the model folder."""
+    from veracity.models.registry import resolve_model
+    from veracity.rundir import write_run_config
+
+    if not model_args.use_peft:
+        raise ValueError("veracity trains LoRA adapters: set use_peft: true")
+    model_dir = resolve_model("chat_lm", model_args.model_name_or_path or "embedded")
+    write_run_config(training_args.output_dir, script, training_args, model_args, job=job)
+    return model_dir
+
+
+def run_job(parser: Any, argv: Sequence[str] | None, train: Any) -> Any:
+    """The entry point of a LoRA job: parse (script, trainer config, ModelConfig) with the job's parser, then
+    dry-run or train."""
+    from veracity.config import parse_config
+
+    argv, half = dry_run_argv(argv)
+    script, training_args, model_args = parse_config(parser, argv)
+    if script.dry_run:
+        return print_dry_run(script, training_args, model_args, half)
+    check_reporting(training_args.report_to)
+    return train(script, training_args, model_args)
+
+
+def check_reporting(report_to: list[str] | str | None) -> None:
+    """Fail before loading any weights when a ``report_to`` integration is not installed (the Trainer would say so
+    only after the model is in memory). The real-scale recipes report to TensorBoard; the CPU recipes to none."""
+    import importlib.util
+
+    wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "tensorboard" in wanted and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
+        print("error: report_to tensorboard needs TensorBoard: pip install tensorboard (or pass --report_to none)",
+              file=sys.stderr)
+        raise SystemExit(2)
+
+
+def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, script: TrainScriptArgs,
+               training_args: Any, model_args: Any) -> Path:
+    """Train a LoRA adapter with a TRL trainer on ``fields`` records; resume, save the adapter, mark the run done.
+
+    Shared by SFT (prompt/completion) and DPO (prompt/chosen/rejected); returns the adapter folder.
+    """
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import get_peft_config
+
+    from veracity.io import mark_completed
+    from veracity.train.common import last_checkpoint, load_records
+
+    train = Dataset.from_list(load_records(script.train_file, fields, script.max_train_examples))
+    evaluation = Dataset.from_list(load_records(script.eval_file, fields)) if script.eval_file else None
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    trainer = trainer_cls(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
+                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    if hasattr(trainer.model, "get_nb_trainable_parameters"):  # the line PEFT prints, in the log at training start
+        from veracity.train.memory import peft_parameter_line
+
+        logger.info("%s", peft_parameter_line(*trainer.model.get_nb_trainable_parameters()))
+    trainer.train(resume_from_checkpoint=last_checkpoint(training_args.output_dir))
+    adapter = Path(training_args.output_dir) / "adapter"
+    trainer.save_model(str(adapter))
+    tokenizer.save_pretrained(adapter)
+    (Path(training_args.output_dir) / "base_model.txt").write_text(f"{model_dir}\n")
+    write_adapter_card(adapter, trainer, model_dir, script, training_args, model_args, len(train))
+    mark_completed(training_args.output_dir, f"adapter in {adapter} on base {model_dir}")
+    logger.info("adapter saved to %s", adapter)
+    return adapter
+
+
+def write_adapter_card(adapter: Path, trainer: Any, model_dir: Path, script: TrainScriptArgs, training_args: Any,
+                       model_args: Any, records: int) -> Path:
+    """The adapter's model card: base model (hub id), the training file (and the prepared sources it was built
+    from, with their licences, when ``prep training-sets`` wrote it), the command and the last logged losses."""
+    import yaml
+
+    from veracity.io import sha256_file
+    from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
+
+    job = "train dpo" if "dpo" in type(trainer).__name__.lower() else "train sft"
+    data = {Path(script.train_file).name: f"{records} records, sha256 {sha256_file(script.train_file)[:12]}…"}
+    licences: dict[str, str] = {}
+    built_by = Path(script.train_file).parent / "run_config.yaml"  # `veracity prep training-sets` records this
+    if built_by.is_file():
+        config = (yaml.safe_load(built_by.read_text(encoding="utf-8")) or {}).get("config", {})
+        sources = list(config.get("sources") or [])
+        for source in sources:
+            data[source] = f"the {config.get('split', 'train')} split, through `veracity prep training-sets`"
+        licences = data_licences(config.get("prepared_dir", ""), sources) if sources else {}
+    logged: dict[str, float] = {}
+    for entry in trainer.state.log_history:  # the last value of each loss the trainer logged
+        logged.update({k: v for k, v in entry.items() if "loss" in k or k.startswith("eval_")})
+    return write_model_card(
+        adapter, title=f"veracity {job.split()[1].upper()} LoRA adapter (r={model_args.lora_r})", kind="peft",
+        base_model=hub_id(model_args.model_name_or_path, model_dir), base_dir=model_dir,
+        command=command_line(None, job), data=data, licences=licences, metrics=logged)
