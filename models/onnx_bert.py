@@ -70,7 +70,8 @@ def convert_onnx_cross_encoder(folder: Path, target: Path, num_attention_heads: 
     state, shape = onnx_state_dict(folder / "model.onnx")
     config = BertConfig(num_attention_heads=num_attention_heads, **shape)
     model = BertForSequenceClassification(config)
-    missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
+    missing, unexpected = model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state.items()},
+                                                  strict=False)  # copies: the ONNX arrays are read-only
     missing = [k for k in missing if not k.endswith("position_ids")]
     if missing or unexpected:
         raise RuntimeError(f"ONNX conversion mismatch: missing {missing}, unexpected {unexpected}")

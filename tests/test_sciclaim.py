@@ -223,14 +223,14 @@ def test_ablation_end_to_end_on_tiny_models(tmp_path: Path, tiny_encoder_dir: Pa
                    "--output_dir", str(out)])
     written = json.loads((out / "metrics.json").read_text())
     names = ["BM25", "dense", "RRF k=60", "α-fusion α=0.5", "RRF k=60 + cross-encoder@50",
-             "RRF k=60 + LLM rerank@50 (first 2 posts)"]
-    assert list(result["rows"])[:6] == names and set(names) <= set(written["rows"])
+             "α-fusion α=0.5 + cross-encoder@50", "RRF k=60 + LLM rerank@50 (first 2 posts)"]
+    assert list(result["rows"])[:7] == names and set(names) <= set(written["rows"])
     assert written["n"]["BM25"] == 3 and written["n"][names[-1]] == 2
     assert all(set(row) == {"mrr@5", "hit@1", "hit@5"} for row in written["rows"].values())
     assert "RRF k=60 (first 2 posts)" in written["rows"]  # the LLM row's neighbours on the same posts
-    assert written["llm_rerank"]["pairs"] == 8 and written["cross_encoder"]["pairs"] == 12  # 4 papers per post
+    assert written["llm_rerank"]["pairs"] == 8 and written["cross_encoder"]["pairs"] == 24  # 4 papers per post, 2 heads
     submissions = sorted(p.name for p in (out / "submissions").iterdir())
-    assert len(submissions) == 6 and "bm25.tsv" in submissions
+    assert len(submissions) == 7 and "bm25.tsv" in submissions
     bm25 = read_submission(out / "submissions" / "bm25.tsv")
     assert checkthat_scores(bm25, {"1": ["p0"], "2": ["p1"], "3": ["p2"]})["mrr@5"] == pytest.approx(
         result["rows"]["BM25"]["mrr@5"], abs=1e-4)

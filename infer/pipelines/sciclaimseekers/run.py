@@ -99,16 +99,20 @@ def run_ablation(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
 
     k = config.top_k
     rrf = f"RRF k={config.rrf_k}"
+    alpha = f"α-fusion α={config.alpha:g}"
+    alpha_heads = [alpha_fusion(s.sparse, s.dense, config.alpha, config.fusion_depth) for s in stages]
     runs: dict[str, dict[str, list[str]]] = {
         "BM25": {p.post_id: _ids(s.sparse, k) for p, s in zip(posts, stages, strict=True)},
         "dense": {p.post_id: _ids(s.dense, k) for p, s in zip(posts, stages, strict=True)},
         rrf: {p.post_id: _ids(s.fused, k) for p, s in zip(posts, stages, strict=True)},
-        f"α-fusion α={config.alpha:g}": {p.post_id: _ids(alpha_fusion(s.sparse, s.dense, config.alpha, k), k)
-                                         for p, s in zip(posts, stages, strict=True)},
+        alpha: {p.post_id: _ids(head, k) for p, head in zip(posts, alpha_heads, strict=True)},
     }
-    runs[f"{rrf} + cross-encoder@{config.fusion_depth}"] = {
-        p.post_id: _ids(pipeline.cross_encoder_rerank(p, s.fused), k)
-        for p, s in tqdm(list(zip(posts, stages, strict=True)), desc="cross-encoder", disable=not config.progress)}
+    # the cross-encoder over each fusion's head (the paper reranks RRF's; α-fusion's is the R2VC first stage)
+    for name, heads in ((rrf, [s.fused for s in stages]), (alpha, alpha_heads)):
+        runs[f"{name} + cross-encoder@{config.fusion_depth}"] = {
+            p.post_id: _ids(pipeline.cross_encoder_rerank(p, head), k)
+            for p, head in tqdm(list(zip(posts, heads, strict=True)), desc=f"cross-encoder ({name})",
+                                disable=not config.progress)}
     n_llm = min(config.ablation_llm_posts or len(posts), len(posts))
     llm_posts = list(posts[:n_llm])
     llm_name = f"{rrf} + LLM rerank@{config.fusion_depth}"
