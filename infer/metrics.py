@@ -97,10 +97,13 @@ def aurc(confidence: Sequence[float], correct: Sequence[bool]) -> float:
     return float(risk.mean()) if len(risk) else 0.0
 
 
-def selective_metrics(answered: Sequence[bool], correct: Sequence[bool]) -> dict[str, float]:
-    """Coverage (share answered), selective accuracy and risk over the answered examples."""
+def selective_metrics(answered: Sequence[bool], correct: Sequence[bool]) -> dict[str, float | None]:
+    """Coverage (share answered), selective accuracy and risk over the answered examples; with nothing answered
+    the two selective numbers are undefined (None), not 0 — a run that abstains on everything has no risk to
+    report, and 0.0 would read as a perfect one."""
     answered_array, correct_array = np.asarray(answered, dtype=bool), np.asarray(correct, dtype=bool)
     n_answered = int(answered_array.sum())
-    accuracy_answered = float(correct_array[answered_array].mean()) if n_answered else 0.0
+    accuracy_answered = float(correct_array[answered_array].mean()) if n_answered else None
     return {"coverage": float(answered_array.mean()) if len(answered_array) else 0.0, "answered": n_answered,
-            "selective_accuracy": accuracy_answered, "selective_risk": 1.0 - accuracy_answered if n_answered else 0.0}
+            "selective_accuracy": accuracy_answered,
+            "selective_risk": None if accuracy_answered is None else 1.0 - accuracy_answered}

@@ -182,6 +182,7 @@ def test_risk_control_abstains_everywhere_when_nothing_can_be_certified() -> Non
 
     chosen = risk_controlled_threshold([0.9, 0.8, 0.7], [False, False, True], 0.1, 0.1)
     assert chosen["tau_cal"] is None and chosen["coverage"] == 0.0
+    assert chosen["selective_risk"] is None  # undefined, not a perfect 0.0
 
 
 # --- selective metrics ------------------------------------------------------------------------------------
@@ -199,6 +200,12 @@ def test_selective_metrics_against_hand_values_and_sklearn() -> None:
     assert binary_brier(conf, right) == pytest.approx(brier_score_loss(right, conf))
     assert selective_metrics([True, True, False, False], right) == {
         "coverage": 0.5, "answered": 2, "selective_accuracy": 0.5, "selective_risk": 0.5}
+    # nothing answered: the selective numbers are undefined, and the report shows them as such
+    from veracity.infer.eval.r2vc import table_cell
+
+    nothing = selective_metrics([False] * 4, right)
+    assert nothing == {"coverage": 0.0, "answered": 0, "selective_accuracy": None, "selective_risk": None}
+    assert [table_cell(nothing[k]) for k in ("coverage", "selective_accuracy")] == ["0.000", "–"]
     gold = ["SUPPORTS", "REFUTES", "SUPPORTS", "NOT ENOUGH INFO"]
     pred = ["SUPPORTS", "SUPPORTS", "NOT ENOUGH INFO", "NOT ENOUGH INFO"]
     labels = ["SUPPORTS", "REFUTES", "NOT ENOUGH INFO"]

@@ -228,7 +228,8 @@ def test_ablation_end_to_end_on_tiny_models(tmp_path: Path, tiny_encoder_dir: Pa
     assert written["n"]["BM25"] == 3 and written["n"][names[-1]] == 2
     assert all(set(row) == {"mrr@5", "hit@1", "hit@5"} for row in written["rows"].values())
     assert "RRF k=60 (first 2 posts)" in written["rows"]  # the LLM row's neighbours on the same posts
-    assert written["llm_rerank"]["pairs"] == 8 and written["cross_encoder"]["pairs"] == 24  # 4 papers per post, 2 heads
+    assert written["llm_rerank"]["pairs"] == 8
+    assert written["cross_encoder"]["pairs"] == 24  # 4 papers per post, 2 heads
     submissions = sorted(p.name for p in (out / "submissions").iterdir())
     assert len(submissions) == 7 and "bm25.tsv" in submissions
     bm25 = read_submission(out / "submissions" / "bm25.tsv")

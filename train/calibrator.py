@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import dataclasses
 
     from veracity.config import parse_config
-    from veracity.infer.eval.r2vc import load_records
+    from veracity.infer.eval.r2vc import load_records, table_cell
     from veracity.infer.pipelines.r2vc.run import run
     from veracity.io import write_json
     from veracity.rundir import package_versions, write_run_config
@@ -178,6 +178,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if "tau_cal" in calibrator.risk_control:
         rc = calibrator.risk_control
         print(f"risk control (target {rc['target_risk']}, delta {rc['delta']}): tau_cal {rc['tau_cal']}, "
-              f"held-out coverage {rc['coverage']:.3f}, selective risk {rc['selective_risk']:.3f}")
+              f"held-out coverage {rc['coverage']:.3f}, selective risk {table_cell(rc['selective_risk'])}")
     print(f"wrote {out / 'calibrator.json'}")
     return metrics

@@ -163,6 +163,7 @@ def stage_train(config: DemoConfig) -> None:
 
 
 def stage_r2vc(config: DemoConfig) -> None:
+    from veracity.infer.eval.r2vc import table_cell
     from veracity.infer.pipelines.r2vc.run import main as r2vc
     from veracity.train.calibrator import main as train_calibrator
 
@@ -191,8 +192,7 @@ def stage_r2vc(config: DemoConfig) -> None:
     print("\nR2VC on the dev slice (FEVER-Symmetric + VitaminC):\n")
     print("| run | " + " | ".join(keys) + " |\n|---|" + "---:|" * len(keys))
     for name, metrics in runs.items():
-        print(f"| {name} | " + " | ".join(f"{metrics[k]:.3f}" if isinstance(metrics[k], float) else str(metrics[k])
-                                       for k in keys) + " |")
+        print(f"| {name} | " + " | ".join(table_cell(metrics[k]) for k in keys) + " |")
     for name in runs:
         print(f"-> {out / 'r2vc' / name}: report.md, metrics.json, predictions.jsonl, risk_coverage.png, "
               "reliability.png")

@@ -98,7 +98,7 @@ def _parse_failure_rate(records: Sequence[dict[str, Any]]) -> float:
 def report_markdown(metrics: dict[str, Any], title: str) -> str:
     keys = ("n", "accuracy", "macro_f1", "brier", "ece", "ece_uncalibrated", "coverage", "selective_accuracy", "aurc")
     lines = [f"# {title}", "", "| " + " | ".join(keys) + " |", "|" + "---:|" * len(keys),
-             "| " + " | ".join(_fmt(metrics[k]) for k in keys) + " |", ""]
+             "| " + " | ".join(table_cell(metrics[k]) for k in keys) + " |", ""]
     lines += ["Outcomes: " + ", ".join(f"{k} {v}" for k, v in metrics["outcomes"].items()),
               f"Generator parse-failure rate: {metrics['parse_failure_rate']:.3f}", "",
               "Confusion (gold → prediction, abstentions count as NOT ENOUGH INFO):", "",
@@ -107,11 +107,14 @@ def report_markdown(metrics: dict[str, Any], title: str) -> str:
               for g, row in metrics["confusion"].items() if sum(row.values())]
     for source, m in metrics.get("by_source", {}).items():
         lines += ["", f"## {source}", "", "| " + " | ".join(keys) + " |", "|" + "---:|" * len(keys),
-                  "| " + " | ".join(_fmt(m[k]) for k in keys) + " |"]
+                  "| " + " | ".join(table_cell(m[k]) for k in keys) + " |"]
     return "\n".join(lines) + "\n"
 
 
-def _fmt(value: Any) -> str:
+def table_cell(value: Any) -> str:
+    """A table cell: floats to 3 decimals, an undefined value (nothing answered) as "–"."""
+    if value is None:
+        return "–"
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 

@@ -33,7 +33,7 @@ def risk_controlled_threshold(confidence: Sequence[float], correct: Sequence[boo
     if not 0 < target_risk < 1 or not 0 < delta < 1:
         raise ValueError(f"target_risk and delta must be in (0, 1), got {target_risk}, {delta}")
     p, y = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=bool)
-    chosen: dict[str, float | int | None] = {"tau_cal": None, "coverage": 0.0, "selective_risk": 0.0, "answered": 0}
+    chosen: dict[str, float | int | None] = {"tau_cal": None, "coverage": 0.0, "selective_risk": None, "answered": 0}
     tested = 0
     # Fewer answered claims than this cannot be certified even with no error (P(Binom(n, α) = 0) > δ): the
     # sequence starts where a test can succeed, as Geifman & El-Yaniv's selective guaranteed risk does.
