@@ -457,3 +457,24 @@ def test_model_cards_name_the_base_model_by_hub_id(tmp_path: Path) -> None:
     (trained / "README.md").write_text("---\nbase_model: cross-encoder/ms-marco-MiniLM-L12-v2\n---\n")
     assert hub_id(str(trained), trained) == "cross-encoder/ms-marco-MiniLM-L12-v2", "a stage-2 card keeps the origin"
     assert hub_id(None, tmp_path / "mystery") == "local:mystery" and base_licence(tmp_path) == "not stated"
+
+
+def test_training_shows_its_progress_bar_in_quiet_mode(tmp_path: Path) -> None:
+    """Quiet mode raises the transformers logger to ERROR, which would make TrainingArguments hide the bar."""
+    import logging
+
+    from veracity.train.common import parse_training_config
+    from veracity.train.nli import make_parser
+
+    transformers_logger = logging.getLogger("transformers")
+    level = transformers_logger.level
+    transformers_logger.setLevel(logging.ERROR)
+    try:
+        argv = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--report_to", "none"]
+        _, training = parse_training_config(make_parser(), argv)
+        assert training.disable_tqdm is False
+        _, training = parse_training_config(make_parser(), [*argv, "--disable_tqdm", "true"])
+        assert training.disable_tqdm is True
+        assert transformers_logger.level == logging.ERROR  # restored
+    finally:
+        transformers_logger.setLevel(level)

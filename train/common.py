@@ -1,4 +1,5 @@
-"""What the training jobs share: validated training records (file:line:field errors) and resume."""
+"""What the training jobs share: their config parsing (with a progress bar), validated training records
+(file:line:field errors) and resume."""
 
 from __future__ import annotations
 
@@ -10,6 +11,21 @@ from veracity.data_prep.errors import DataError
 from veracity.data_prep.readers import read_jsonl
 
 logger = logging.getLogger(__name__)
+
+
+def parse_training_config(parser: Any, argv: Any) -> tuple[Any, ...]:
+    """``parse_config`` for a job with a Trainer: the training shows its progress bar (steps, ETA) also in quiet
+    mode. TrainingArguments turns the bar off when the transformers logger is above WARNING, which quiet mode sets
+    to hide library chatter; it is parsed at WARNING here, so only an explicit ``disable_tqdm: true`` removes it."""
+    from veracity.config import parse_config
+
+    transformers_logger = logging.getLogger("transformers")
+    level = transformers_logger.level
+    transformers_logger.setLevel(min(level or logging.WARNING, logging.WARNING))
+    try:
+        return parse_config(parser, argv)
+    finally:
+        transformers_logger.setLevel(level)
 
 
 def _check_messages(path: Path, line: int, row: dict[str, Any], name: str) -> None:

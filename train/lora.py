@@ -80,10 +80,10 @@ def prepare_run(script: TrainScriptArgs, training_args: Any, model_args: Any, jo
 def run_job(parser: Any, argv: Sequence[str] | None, train: Any) -> Any:
     """The entry point of a LoRA job: parse (script, trainer config, ModelConfig) with the job's parser, then
     dry-run or train."""
-    from veracity.config import parse_config
+    from veracity.train.common import parse_training_config
 
     argv, half = dry_run_argv(argv)
-    script, training_args, model_args = parse_config(parser, argv)
+    script, training_args, model_args = parse_training_config(parser, argv)
     if script.dry_run:
         return print_dry_run(script, training_args, model_args, half)
     check_reporting(training_args.report_to)

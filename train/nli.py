@@ -184,12 +184,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         Trainer,
     )
 
-    from veracity.config import parse_config
     from veracity.io import mark_completed, write_json
     from veracity.rundir import write_run_config
-    from veracity.train.common import last_checkpoint
+    from veracity.train.common import last_checkpoint, parse_training_config
 
-    args, training = parse_config(make_parser(), argv)
+    args, training = parse_training_config(make_parser(), argv)
     if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
         training.max_steps = min(training.max_steps if training.max_steps > 0 else 150, 150)
         args.max_eval_per_source = min(args.max_eval_per_source, 100)

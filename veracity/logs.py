@@ -27,6 +27,28 @@ def quiet_third_party() -> None:
         warnings.filterwarnings("ignore", category=category, module=LIBRARY_MODULES)
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    _quiet_loaded_libraries()
+
+
+def _quiet_loaded_libraries() -> None:
+    """The environment variables above act at import time; a library imported already (an embedding program,
+    a test session) is told through its API instead."""
+    import sys
+
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    if "datasets" in sys.modules:
+        from datasets.utils import logging as datasets_logging
+
+        datasets_logging.set_verbosity_error()
+        datasets_logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
 
 
 def setup_logging(level: str | None = None, verbose: bool | None = None) -> None:
