@@ -66,20 +66,24 @@ def base_licence(folder: str | Path) -> str:
 
 def data_licences(prepared_dir: str | Path, outputs: Sequence[str]) -> dict[str, str]:
     """Output → the licence paragraph of the PROVENANCE.md of the raw folder it was prepared from."""
-    prepared = Path(prepared_dir)
-    manifest_path, run_config = prepared / "manifest.json", prepared / "run_config.yaml"
-    if not manifest_path.is_file() or not run_config.is_file():  # prep's record names the data root it read
-        return {name: "not stated" for name in outputs}
     import yaml
 
     from veracity.data_prep.prepare import resolve_data_root
+    from veracity.data_prep.prepared import PreparedDataError, read_manifest
+
+    run_config = Path(prepared_dir) / "run_config.yaml"  # prep's record names the data root it read
+    try:
+        listed = read_manifest(prepared_dir)["outputs"]
+    except PreparedDataError:
+        listed = None
+    if listed is None or not run_config.is_file():
+        return {name: "not stated" for name in outputs}
 
     configured = (yaml.safe_load(run_config.read_text(encoding="utf-8")) or {}).get("config", {}).get("data_root")
     try:  # the root prep read (its default resolves the same way here when none was given)
         data_root = resolve_data_root(configured)
     except FileNotFoundError:
         return {name: "not stated" for name in outputs}
-    listed = json.loads(manifest_path.read_text(encoding="utf-8"))["outputs"]
     licences = {}
     for name in outputs:
         inputs = [i["path"] for i in listed.get(name, {}).get("inputs", [])]
