@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from retrieval_fixture import write_benchmark
 
@@ -145,6 +146,24 @@ def test_embedded_reranker_orders_by_relevance() -> None:
     reranked = reranker.rerank("What is the capital of France?", hits, texts | {"z": ""}, top_n=3)
     assert [d for d, _ in reranked][0] == "b"
     assert reranked[-1][0] == "z"  # beyond top_n: kept, below the reranked head
+
+
+def test_length_sorted_batches_give_the_one_at_a_time_scores_in_input_order() -> None:
+    from veracity.infer.retrieval.rerank import CrossEncoderReranker
+
+    reranker = CrossEncoderReranker()
+    query = "What is the capital of France?"
+    texts = ["Paris is the capital of France, and its largest city by far, on the Seine in the north of the country.",
+             "Paris.", "The stock market fell sharply on Monday after the announcement.", "France is in Europe.", ""]
+    pairs = [(query, t) for t in texts]
+    one_at_a_time = reranker.backend.predict(pairs, 1)
+    batched = reranker.backend.predict(pairs, 2)  # lengths mixed: sorted into batches, returned in input order
+    # the batches depend on lengths only, so any input order gives each pair the very same score
+    np.testing.assert_array_equal(reranker.backend.predict(pairs[::-1], 2)[::-1], batched)
+    # INT8 dynamic quantization scales activations per batch, so padding moves a logit by up to ~0.2: same ranking
+    np.testing.assert_allclose(batched, one_at_a_time, atol=0.25)
+    assert list(np.argsort(-batched)) == list(np.argsort(-one_at_a_time))
+    assert reranker.backend.predict([], 4).shape == (0,)
 
 
 def test_eval_job_writes_metrics_and_table(bench: Path, tmp_path: Path, tiny_encoder_dir: Path) -> None:
