@@ -140,6 +140,8 @@ def test_a_recipe_can_start_from_another(tmp_path: Path) -> None:
                                                               "sources": ["vitaminc"]}
     (config,) = parse_config((R2VCConfig,), ["--config", str(tmp_path / "ablation.yaml"), "--max_examples", "3"])
     assert (config.split, config.n_candidates, config.sources, config.max_examples) == ("calib", 2, ["vitaminc"], 3)
+    (config,) = parse_config((R2VCConfig,), ["--n_candidates", "4", f"--config={tmp_path / 'ablation.yaml'}"])
+    assert (config.split, config.n_candidates) == ("calib", 4)  # any order, `--config=PATH` too; the flag wins
     (tmp_path / "base.yaml").write_text("base: ablation.yaml\n")
     with pytest.raises(ValueError, match="include each other"):
         load_config_values(tmp_path / "ablation.yaml")

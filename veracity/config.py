@@ -43,16 +43,18 @@ def make_parser(types: tuple[type, ...], prog: str) -> Any:
 def parse_config(types: tuple[type, ...] | Any, argv: Sequence[str] | None,
                  prog: str | None = None) -> tuple[Any, ...]:
     """Parse ``argv`` into instances of ``types`` (or with a parser from :func:`make_parser`)."""
+    import argparse
     import sys
 
     parser = make_parser(types, prog or "veracity") if isinstance(types, tuple) else types
     args = list(sys.argv[1:] if argv is None else argv)
-    at = args.index("--config") + 1 if "--config" in args else 0
-    if not at or at >= len(args) or BASE_KEY not in (yaml.safe_load(Path(args[at]).read_text(encoding="utf-8")) or {}):
+    peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    peek.add_argument("--config")
+    known, rest = peek.parse_known_args(args)
+    if not known.config or BASE_KEY not in (yaml.safe_load(Path(known.config).read_text(encoding="utf-8")) or {}):
         return parser.parse_args_and_config(args)
     # TrlParser reads one plain YAML: hand it the recipe with its base chain resolved.
     with tempfile.TemporaryDirectory() as tmp:
-        merged = Path(tmp) / Path(args[at]).name
-        merged.write_text(yaml.safe_dump(load_config_values(args[at]), sort_keys=False), encoding="utf-8")
-        args[at] = str(merged)
-        return parser.parse_args_and_config(args)
+        merged = Path(tmp) / Path(known.config).name
+        merged.write_text(yaml.safe_dump(load_config_values(known.config), sort_keys=False), encoding="utf-8")
+        return parser.parse_args_and_config(["--config", str(merged), *rest])
