@@ -145,3 +145,17 @@ def test_a_recipe_can_start_from_another(tmp_path: Path) -> None:
     (tmp_path / "base.yaml").write_text("base: ablation.yaml\n")
     with pytest.raises(ValueError, match="include each other"):
         load_config_values(tmp_path / "ablation.yaml")
+
+
+def test_quiet_mode_drops_library_debug_logs_even_when_the_library_sets_its_own_level() -> None:
+    import logging
+
+    from veracity.logs import OwnLogsOnly
+
+    def record(name: str, level: int) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, "message", None, None)
+
+    keep = OwnLogsOnly().filter
+    assert keep(record("veracity.infer.batch", logging.DEBUG)) and keep(record("veracity", logging.INFO))
+    assert not keep(record("bm25s", logging.DEBUG)) and not keep(record("transformers.trainer", logging.INFO))
+    assert keep(record("bm25s", logging.WARNING))

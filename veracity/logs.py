@@ -58,3 +58,14 @@ def setup_logging(level: str | None = None, verbose: bool | None = None) -> None
         quiet_third_party()
     level = (level or os.environ.get("VERACITY_LOG_LEVEL", "INFO")).upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if not verbose:  # a library that sets its own logger's level on import (bm25s: DEBUG) still stays quiet
+        for handler in logging.getLogger().handlers:
+            if not any(isinstance(f, OwnLogsOnly) for f in handler.filters):
+                handler.addFilter(OwnLogsOnly())
+
+
+class OwnLogsOnly(logging.Filter):
+    """veracity's own records at any level; other libraries' from WARNING up."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name.split(".")[0] in ("veracity", "__main__")
