@@ -147,6 +147,13 @@ def test_fit_calibrator_lowers_ece_on_miscalibrated_synthetic_records() -> None:
     assert metrics["holdout_ece"] < metrics["holdout_ece_uncalibrated"] - 0.2
     assert calibrator.coefficients[1] > 0  # consistency raises confidence
     assert calibrator.risk_control["tau_cal"] is not None and len(calibrator.risk_control["holdout_correct"]) > 50
+    by_target = metrics["risk_control_by_target"]
+    assert set(by_target) == {"0.05", "0.1", "0.2", "0.3"}
+    assert by_target["0.3"]["tau_cal"] == calibrator.risk_control["tau_cal"]
+    certified = [by_target[t] for t in ("0.05", "0.1", "0.2", "0.3") if by_target[t]["tau_cal"] is not None]
+    assert certified and all(r["selective_risk"] <= 0.3 for r in certified)
+    coverages = [by_target[t]["coverage"] for t in ("0.05", "0.1", "0.2", "0.3")]
+    assert coverages == sorted(coverages)  # a looser target never certifies less
 
 
 # --- risk control -----------------------------------------------------------------------------------------

@@ -107,6 +107,9 @@ def chosen_confidence(records: Sequence[dict[str, Any]], calibrator: LogisticCal
     return confidence, correct
 
 
+RISK_TARGETS = (0.05, 0.1, 0.2, 0.3)  # the targets the calibrator reports certifiability for
+
+
 def fit_calibrator(records: Sequence[dict[str, Any]], names: Sequence[str], args: CalibratorArgs, seed: int,
                    target_risk: float | None = None, delta: float = 0.1) -> tuple[LogisticCalibrator, dict[str, Any]]:
     """Fit on one part of the calib claims, select C on the held-out part, keep its scores for risk control (and
@@ -142,6 +145,11 @@ def fit_calibrator(records: Sequence[dict[str, Any]], names: Sequence[str], args
                                "holdout_correct": [bool(r) for r in right]}
     if target_risk is not None:
         calibrator.risk_control.update(risk_controlled_threshold(conf, right, target_risk, delta))
+    # What the held-out claims can certify at this delta, target by target: the trade-off a user picks from.
+    metrics["risk_control_by_target"] = {
+        f"{t:g}": {k: v for k, v in risk_controlled_threshold(conf, right, t, delta).items()
+                   if k in ("tau_cal", "coverage", "selective_risk", "answered")}
+        for t in sorted({*RISK_TARGETS, *([target_risk] if target_risk else [])})}
     calibrator.metrics = metrics
     return calibrator, metrics
 
@@ -179,5 +187,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         rc = calibrator.risk_control
         print(f"risk control (target {rc['target_risk']}, delta {rc['delta']}): tau_cal {rc['tau_cal']}, "
               f"held-out coverage {rc['coverage']:.3f}, selective risk {table_cell(rc['selective_risk'])}")
+    print("certifiable on the held-out claims (target: tau_cal, coverage): " + ", ".join(
+        f"{t}: {table_cell(r['tau_cal'])}, {r['coverage']:.3f}"
+        for t, r in metrics["risk_control_by_target"].items()))
     print(f"wrote {out / 'calibrator.json'}")
     return metrics
