@@ -143,13 +143,14 @@ def fit_calibrator(records: Sequence[dict[str, Any]], names: Sequence[str], args
     # target; the threshold for this run's target is recorded beside them.
     calibrator.risk_control = {"holdout_confidence": [round(float(c), 6) for c in conf],
                                "holdout_correct": [bool(r) for r in right]}
-    if target_risk is not None:
-        calibrator.risk_control.update(risk_controlled_threshold(conf, right, target_risk, delta))
     # What the held-out claims can certify at this delta, target by target: the trade-off a user picks from.
+    certified = {t: risk_controlled_threshold(conf, right, t, delta)
+                 for t in sorted({*RISK_TARGETS, *([target_risk] if target_risk else [])})}
+    if target_risk is not None:
+        calibrator.risk_control.update(certified[target_risk])
     metrics["risk_control_by_target"] = {
-        f"{t:g}": {k: v for k, v in risk_controlled_threshold(conf, right, t, delta).items()
-                   if k in ("tau_cal", "coverage", "selective_risk", "answered")}
-        for t in sorted({*RISK_TARGETS, *([target_risk] if target_risk else [])})}
+        f"{t:g}": {k: r[k] for k in ("tau_cal", "coverage", "selective_risk", "answered")}
+        for t, r in certified.items()}
     calibrator.metrics = metrics
     return calibrator, metrics
 

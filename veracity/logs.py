@@ -13,7 +13,7 @@ import os
 import warnings
 
 CHATTY_LOGGERS = ("faiss", "faiss.loader", "matplotlib", "httpx", "httpcore", "urllib3", "datasets", "transformers",
-                  "sentence_transformers", "huggingface_hub", "accelerate", "peft", "trl", "PIL", "bm25s")
+                  "sentence_transformers", "huggingface_hub", "accelerate", "peft", "trl", "PIL")
 LIBRARY_MODULES = r"(transformers|trl|peft|accelerate|datasets|torch|sentence_transformers|huggingface_hub|sklearn)"
 
 

@@ -169,19 +169,16 @@ def write_trec(out: Path, name: str, queries: Sequence[dict], rows: dict[str, li
         for label in rows for i, q in enumerate(queries)))
 
 
-def tuned_settings(config: RetrievalEvalConfig, best_alpha: float) -> SearchSettings:
-    """The search settings this evaluation chose: α-fusion at the tuned α*, the evaluated depth and reranker."""
-    return SearchSettings(mode="alpha", alpha=best_alpha, rrf_k=config.rrf_k, candidates=config.candidates,
-                          rerank=config.rerank, reranker=config.reranker, rerank_top_n=config.rerank_top_n)
-
-
 def write_tuned_settings(path: Path, config: RetrievalEvalConfig, result: dict[str, object]) -> None:
-    """``search/<benchmark>.yaml``: the tuned settings as a recipe for ``veracity index search --config``."""
+    """``search/<benchmark>.yaml``: the settings this evaluation chose (α-fusion at the tuned α*, the evaluated
+    depth and reranker) as a recipe for ``veracity index search --config``."""
     import dataclasses
 
     import yaml
 
-    settings = tuned_settings(config, float(result["best_alpha"]))  # type: ignore[arg-type]
+    settings = SearchSettings(mode="alpha", alpha=float(result["best_alpha"]), rrf_k=config.rrf_k,  # type: ignore
+                              candidates=config.candidates, rerank=config.rerank, reranker=config.reranker,
+                              rerank_top_n=config.rerank_top_n)
     header = (f"# Tuned by `veracity eval retrieval` on {result['benchmark']} ({config.tune_split} split): "
               f"veracity index search --config {path} --index_dir ... --query ...\n")
     write_text(path, header + yaml.safe_dump(dataclasses.asdict(settings), sort_keys=False, allow_unicode=True))
