@@ -142,9 +142,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     params = sampling.params(json_schema=schema)
     out.mkdir(parents=True, exist_ok=True)
     with output_lock(out / name):  # a refused second run must not overwrite the running one's record either
-        write_run_config(out, args, sampling, engine_config, job="infer generate")
         engine = make_engine(engine_config)
         try:
+            write_run_config(out, args, sampling, engine_config, job="infer generate",
+                             models={"generator": f"{engine.kind}:{engine.model_id}"}, resumes=out / name)
             summary = run_batch(items, make_processor(engine, args, params), out / name, id_field=args.id_field,
                                 shard=shard, batch_size=args.requests_per_call, progress=args.progress,
                                 retry_errors=args.retry_errors, take_lock=False)

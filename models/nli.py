@@ -113,6 +113,13 @@ class NLIVerifier:
 
     # --- public -----------------------------------------------------------------------------------------
 
+    @property
+    def model_id(self) -> str:
+        """The model folder with its content fingerprint (what run records and caches name it by)."""
+        from veracity.models.fingerprint import model_fingerprint
+
+        return f"{self.folder}#{model_fingerprint(self.folder)}"
+
     def predict(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         """Probabilities ``(n, 3)`` in :data:`NLI_LABELS` order, one row per (premise, hypothesis)."""
         if len(premises) != len(hypotheses):

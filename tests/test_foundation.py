@@ -159,3 +159,13 @@ def test_quiet_mode_drops_library_debug_logs_even_when_the_library_sets_its_own_
     assert keep(record("veracity.infer.batch", logging.DEBUG)) and keep(record("veracity", logging.INFO))
     assert not keep(record("bm25s", logging.DEBUG)) and not keep(record("transformers.trainer", logging.INFO))
     assert keep(record("bm25s", logging.WARNING))
+
+
+def test_run_config_differences_skip_how_much_and_how_fast() -> None:
+    from veracity.rundir import differences
+
+    old = [{"split": "dev", "max_examples": 5, "tau_ver": 0.55}, {"model": "a", "batch_size": 8}]
+    new = [{"split": "dev", "max_examples": 50, "tau_ver": 0.55}, {"model": "b", "batch_size": 2}]
+    assert differences(old, new) == ["[1].model: 'a' → 'b'"]
+    assert differences({"sources": ["x"]}, {"sources": ["x", "y"]}) == ["sources: ['x'] → ['x', 'y']"]
+    assert differences({"a": 1}, {"a": 1, "b": None}) == []

@@ -136,6 +136,37 @@ def test_user_claims_file_and_long_evidence_is_windowed(tiny_lm_dir: Path, tiny_
     assert report["metrics"]["n"] == 1 and report["metrics"]["unlabelled"] == 1
 
 
+def test_resume_refuses_records_made_under_other_settings_or_weights(tiny_verifier: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from veracity import cli
+
+    verifier = tmp_path / "verifier"
+    shutil.copytree(tiny_verifier, verifier)
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text(json.dumps({"id": "a", "claim": "Cats purr.", "evidence": "Cats purr when content."}) + "\n")
+    out = tmp_path / "out"
+    argv = ["infer", "r2vc", "--claims", str(claims), "--use_generator", "false", "--nli_model", str(verifier),
+            "--output_dir", str(out), "--progress", "false"]
+    cli.main(argv)
+    records, record = (out / "records.jsonl").read_text(), (out / "run_config.yaml").read_text()
+    assert f"verifier: {verifier}#" in record  # the record names the verifier by content
+    cli.main([*argv, "--max_examples", "5", "--claims_per_call", "2"])  # how much / how fast: resumes
+    assert (out / "records.jsonl").read_text() == records
+    record = (out / "run_config.yaml").read_text()
+    with pytest.raises(SystemExit) as info:
+        cli.main([*argv, "--tau_ver", "0.3"])
+    assert info.value.code == 2
+    assert "tau_ver: 0.55 → 0.3" in capsys.readouterr().err
+    config = json.loads((verifier / "config.json").read_text())
+    (verifier / "config.json").write_text(json.dumps({**config, "note": "retrained"}))  # other weights, same path
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert "models.verifier" in capsys.readouterr().err
+    assert (out / "records.jsonl").read_text() == records and (out / "run_config.yaml").read_text() == record
+
+
 def test_bad_claims_file_is_one_line_error_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                            tiny_verifier: Path) -> None:
     from veracity import cli

@@ -80,12 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def input_errors() -> tuple[type[BaseException], ...]:
     """What a user can fix without a traceback: a bad input record or file (``DataError``), prepared data that is
-    missing or changed (``PreparedDataError``), a batch output another run is writing (``OutputLockedError``)."""
+    missing or changed (``PreparedDataError``), a batch output another run is writing (``OutputLockedError``) or
+    whose records were made under another config (``RunConfigMismatchError``)."""
     from veracity.data_prep.errors import DataError
     from veracity.data_prep.prepared import PreparedDataError
     from veracity.infer.batch import OutputLockedError
+    from veracity.rundir import RunConfigMismatchError
 
-    return DataError, PreparedDataError, OutputLockedError
+    return DataError, PreparedDataError, OutputLockedError, RunConfigMismatchError
 
 
 if __name__ == "__main__":

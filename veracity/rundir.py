@@ -24,6 +24,16 @@ TRACKED_PACKAGES = (
 )
 
 
+# Settings that change how much of a run is done or how fast, never what a record holds: a run may resume under
+# other values of these.
+RESUMABLE_FIELDS = frozenset({"output_dir", "max_examples", "progress", "retry_errors", "shard", "claims_per_call",
+                              "batch_size", "nli_batch_size", "verbose"})
+
+
+class RunConfigMismatchError(ValueError):
+    """A resumed run would add records made under another config or other model weights to a batch output."""
+
+
 def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str]:
     """Installed versions, read from metadata (no imports, so this stays instant)."""
     versions = {}
@@ -64,13 +74,23 @@ def to_plain(obj: Any) -> Any:
     return str(obj)  # anything else (paths, dtypes, callables) is recorded by its readable form
 
 
-def write_run_config(run_dir: str | Path, *configs: Any, job: str) -> Path:
-    """Create ``run_dir`` and write ``run_config.yaml`` (job, configs, versions, git revision) before any work."""
+def write_run_config(run_dir: str | Path, *configs: Any, job: str, models: dict[str, str] | None = None,
+                     resumes: str | Path | None = None) -> Path:
+    """Create ``run_dir`` and write ``run_config.yaml`` (job, configs, models, versions, git revision) before work.
+
+    ``models`` names each model the records depend on by content (path + fingerprint). ``resumes`` is the batch
+    output a resumed run appends to: when it already holds records, the config and models they were made under
+    must be this run's (up to :data:`RESUMABLE_FIELDS`), else :class:`RunConfigMismatchError` and nothing is written.
+    """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    config = [to_plain(c) for c in configs] if len(configs) != 1 else to_plain(configs[0])
+    if resumes is not None:
+        check_resume(run_dir / "run_config.yaml", Path(resumes), config, models or {})
     record = {
         "job": job,
-        "config": [to_plain(c) for c in configs] if len(configs) != 1 else to_plain(configs[0]),
+        "config": config,
+        **({"models": models} if models else {}),
         "versions": {"python": platform.python_version(), **package_versions()},
         "git_revision": git_revision(),
         "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "VERACITY_DATA_ROOT") if k in os.environ},
@@ -80,3 +100,36 @@ def write_run_config(run_dir: str | Path, *configs: Any, job: str) -> Path:
         yaml.safe_dump(record, handle, sort_keys=False, allow_unicode=True)
     logger.info("run directory %s (config recorded)", run_dir)
     return path
+
+
+def differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """Where two recorded configs differ, as ``key: old → new`` lines (keys in RESUMABLE_FIELDS ignored)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        found = []
+        for key in sorted(set(old) | set(new), key=str):
+            if key in RESUMABLE_FIELDS:
+                continue
+            found += differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key))
+        return found
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new) and any(
+            isinstance(v, (dict, list)) for v in old):
+        return [line for i, (a, b) in enumerate(zip(old, new, strict=True))
+                for line in differences(a, b, f"{path}[{i}]")]
+    return [] if old == new else [f"{path}: {old!r} → {new!r}"]
+
+
+def check_resume(record_path: Path, records: Path, config: Any, models: dict[str, str]) -> None:
+    """Refuse to resume ``records`` when ``record_path`` says they were made under another config or models."""
+    if not (records.is_file() and records.stat().st_size and record_path.is_file()):
+        return
+    try:
+        old = yaml.safe_load(record_path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise RunConfigMismatchError(f"{record_path}: unreadable ({error}); cannot tell what {records.name} "
+                                     "was made with") from None
+    found = differences(old.get("config"), config) + differences(old.get("models", {}), models, "models")
+    if found:
+        shown = "; ".join(found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
+        raise RunConfigMismatchError(
+            f"{records}: its records were made under another run config ({shown}); resuming would mix the two. "
+            f"Rerun with the recorded settings, choose a new --output_dir, or delete {records.name} to start over")

@@ -137,13 +137,14 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
     from veracity.infer.pipelines.aic.pipeline import AICPipeline
     from veracity.infer.pipelines.aic.store import KnowledgeStore, build_proxy_store
     from veracity.io import write_json
-    from veracity.rundir import write_run_config
+    from veracity.rundir import RunConfigMismatchError, write_run_config
 
     shard = parse_shard(config.shard)
     out = Path(config.output_dir)
     try:
         pool, targets, train = load_claims(config)
-        write_run_config(out, config, engine_config, job="infer aic")
+        name = "records.jsonl" if shard[1] == 1 else f"records.shard-{shard[0]}-of-{shard[1]}.jsonl"
+        write_run_config(out, config, engine_config, job="infer aic", resumes=out / name)
         store_report: dict[str, Any] = {"knowledge_store": config.knowledge_store}
         if config.knowledge_store is None:
             store_dir = out / ("store" if config.proxy_own_documents else "store_distractors_only")
@@ -154,14 +155,13 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
                                                 mode=config.proxy_distractors, seed=config.proxy_seed,
                                                 store_id=store_claim_id)}
         store = KnowledgeStore(store_report["knowledge_store"])
-    except (DataError, PreparedDataError) as error:
+    except (DataError, PreparedDataError, RunConfigMismatchError) as error:
         print(f"veracity infer aic: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     items = [{"id": store_claim_id(c.id), "record_id": c.id, "claim": c.claim, "gold": c.label} for c in targets]
     # a claim without gold QA pairs has no evidence score (the scorer refuses it): it runs, but is not in gold.json
     write_json(out / "gold.json", [gold_record(c) for c in targets if any(p.answers for p in c.questions)])
     store_report["claims_without_gold_evidence"] = sum(not any(p.answers for p in c.questions) for c in targets)
-    name = "records.jsonl" if shard[1] == 1 else f"records.shard-{shard[0]}-of-{shard[1]}.jsonl"
     pipeline = AICPipeline(config, engine_config, store, train)
     try:
         summary = run_batch(items, pipeline, out / name, shard=shard, batch_size=config.claims_per_call,

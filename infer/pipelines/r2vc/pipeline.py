@@ -147,6 +147,19 @@ class R2VCPipeline:
         self._searchers: dict[str, Any] = {}
         self.seconds: dict[str, float] = defaultdict(float)
 
+    def model_ids(self) -> dict[str, str]:
+        """Each model a record depends on, named by content: the run record keeps them, a resume must match."""
+        from veracity.io import sha256_file
+
+        ids = {"verifier": self.verifier.model_id}
+        if self.engine is not None:
+            ids["generator"] = f"{self.engine.kind}:{self.engine.model_id}"
+        if self.calibrator is not None:
+            path = Path(self.config.calibrator)
+            path = path / "calibrator.json" if path.is_dir() else path
+            ids["calibrator"] = f"{path}#{sha256_file(path)[:16]}"
+        return ids
+
     # --- evidence ---------------------------------------------------------------------------------------
 
     def _searcher(self, key: str) -> Any:

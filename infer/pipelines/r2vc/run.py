@@ -109,8 +109,9 @@ def run(config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfi
     out.mkdir(parents=True, exist_ok=True)
     with output_lock(out / name):  # a refused second run must not overwrite the running one's record
         pipeline = R2VCPipeline(config, settings, engine_config)  # checks models and thresholds before any record
-        write_run_config(out, config, settings, engine_config, job="infer r2vc")
         try:
+            write_run_config(out, config, settings, engine_config, job="infer r2vc", models=pipeline.model_ids(),
+                             resumes=out / name)  # records made under other settings or weights: refused here
             summary = run_batch(items, pipeline, out / name, shard=shard, batch_size=config.claims_per_call,
                                 progress=config.progress, retry_errors=config.retry_errors, take_lock=False)
         finally:

@@ -125,7 +125,8 @@ class NLIJudge:
 
     @property
     def name(self) -> str:
-        return f"nli:{getattr(self.verifier, 'folder', type(self.verifier).__name__)}@{self.threshold}"
+        named = getattr(self.verifier, "model_id", None) or getattr(self.verifier, "folder", None)
+        return f"nli:{named or type(self.verifier).__name__}@{self.threshold}"
 
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
         if not pairs:

@@ -63,10 +63,11 @@ def run(config: UTSConfig, engine_config: EngineConfig) -> dict[str, Any]:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     out = Path(config.output_dir)
-    write_run_config(out, config, engine_config, job="infer uts")
-    write_jsonl(out / "items.jsonl", [item.to_dict() for item in items])
     pipeline = UTSPipeline(config, engine_config)
     try:
+        models = {"judge": pipeline.judge.name} if getattr(pipeline.judge, "name", None) else {}
+        write_run_config(out, config, engine_config, job="infer uts", models=models, resumes=out / "records.jsonl")
+        write_jsonl(out / "items.jsonl", [item.to_dict() for item in items])
         summary = run_batch([item.to_dict() for item in items], pipeline, out / "records.jsonl",
                             batch_size=config.items_per_call, progress=config.progress, retry_errors=True)
     finally:
