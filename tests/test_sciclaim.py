@@ -48,6 +48,19 @@ def test_rrf_ties_are_broken_by_doc_id() -> None:
     assert [d for d, _ in fused] == ["a", "b"] and fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
 
 
+def test_fused_back_reranker_order_is_rrf_over_reranker_bm25_and_dense() -> None:
+    from veracity.infer.pipelines.sciclaimseekers.config import SciClaimConfig
+    from veracity.infer.pipelines.sciclaimseekers.pipeline import FirstStage
+    from veracity.infer.pipelines.sciclaimseekers.run import fuse_back
+
+    sparse, dense = [("a", 9.0), ("b", 8.0), ("c", 7.0)], [("b", 0.9), ("a", 0.8), ("d", 0.7)]
+    reranked = [("c", 5.0), ("b", 4.0), ("a", 1.0)]  # the reranker lifts c, which only BM25 found (3rd)
+    fused = fuse_back(reranked, FirstStage(sparse, dense, []), SciClaimConfig(rrf_k=1, fusion_depth=4, top_k=2))
+    # k = 1 (reranker + BM25 + dense): b 1/3 + 1/3 + 1/2, a 1/4 + 1/2 + 1/3, c 1/2 + 1/4, d 1/4
+    assert [d for d, _ in fused] == ["b", "a", "c", "d"]
+    assert [s for _, s in fused] == pytest.approx([1 / 3 + 1 / 3 + 1 / 2, 1 / 4 + 1 / 2 + 1 / 3, 3 / 4, 1 / 4])
+
+
 def test_llm_scores_sort_ties_by_rrf_and_unparsable_answers_keep_their_slot() -> None:
     fused = [("d1", 0.05), ("d2", 0.04), ("d3", 0.03), ("d4", 0.02), ("d5", 0.01)]
     # d2 and d4 tie on 7: d2 has the higher RRF score; d3 did not parse and stays third.
@@ -223,15 +236,16 @@ def test_ablation_end_to_end_on_tiny_models(tmp_path: Path, tiny_encoder_dir: Pa
                    "--output_dir", str(out)])
     written = json.loads((out / "metrics.json").read_text())
     names = ["BM25", "dense", "RRF k=60", "α-fusion α=0.5", "RRF k=60 + cross-encoder@50",
-             "α-fusion α=0.5 + cross-encoder@50", "RRF k=60 + LLM rerank@50 (first 2 posts)"]
-    assert list(result["rows"])[:7] == names and set(names) <= set(written["rows"])
+             "RRF k=60 + cross-encoder@50, fused back", "α-fusion α=0.5 + cross-encoder@50",
+             "RRF k=60 + LLM rerank@50 (first 2 posts)"]
+    assert list(result["rows"])[:8] == names and set(names) <= set(written["rows"])
     assert written["n"]["BM25"] == 3 and written["n"][names[-1]] == 2
     assert all(set(row) == {"mrr@5", "hit@1", "hit@5"} for row in written["rows"].values())
     assert "RRF k=60 (first 2 posts)" in written["rows"]  # the LLM row's neighbours on the same posts
     assert written["llm_rerank"]["pairs"] == 8
     assert written["cross_encoder"]["pairs"] == 24  # 4 papers per post, 2 heads
     submissions = sorted(p.name for p in (out / "submissions").iterdir())
-    assert len(submissions) == 7 and "bm25.tsv" in submissions
+    assert len(submissions) == 8 and "bm25.tsv" in submissions
     bm25 = read_submission(out / "submissions" / "bm25.tsv")
     assert checkthat_scores(bm25, {"1": ["p0"], "2": ["p1"], "3": ["p2"]})["mrr@5"] == pytest.approx(
         result["rows"]["BM25"]["mrr@5"], abs=1e-4)

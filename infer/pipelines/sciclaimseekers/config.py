@@ -48,6 +48,8 @@ class SciClaimConfig:
     alpha: float = field(default=DEFAULT_ALPHA, metadata={"help": "BM25 weight of the α-fusion row of the ablation."})
     # --- rerank -------------------------------------------------------------------------------------------
     reranker: str = field(default="llm", metadata={"help": f"One of {RERANKERS}."})
+    rerank_fusion: bool = field(default=False, metadata={
+        "help": "true: the reranker's order joins BM25's and dense's as a third ranking, fused by RRF k."})
     cross_encoder: str = field(default="embedded", metadata={"help": "Cross-encoder: 'embedded', 'real', path."})
     cross_encoder_batch_size: int = 32
     max_new_tokens: int = field(default=8, metadata={"help": "Tokens the LLM may write for its 0–10 answer."})

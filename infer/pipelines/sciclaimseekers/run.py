@@ -24,7 +24,7 @@ from typing import Any
 from veracity.infer.pipelines.sciclaimseekers.config import SciClaimConfig
 from veracity.infer.pipelines.sciclaimseekers.pipeline import FirstStage, SciClaimPipeline
 from veracity.infer.pipelines.sciclaimseekers.task_io import Post
-from veracity.infer.retrieval.fusion import Hits, alpha_fusion
+from veracity.infer.retrieval.fusion import Hits, alpha_fusion, reciprocal_rank_fusion
 from veracity.models.engine import EngineConfig
 
 logger = logging.getLogger(__name__)
@@ -67,6 +67,11 @@ def _score(rankings: dict[str, list[str]], posts: Sequence[Post]) -> dict[str, f
     return {m: round(float(scores[m]), 4) for m in METRICS}
 
 
+def fuse_back(reranked: Hits, stage: FirstStage, config: SciClaimConfig) -> Hits:
+    """The reranker's order as a third ranking beside BM25's and dense's, fused by RRF k (``rerank_fusion``)."""
+    return reciprocal_rank_fusion([reranked, stage.sparse, stage.dense], config.rrf_k, config.fusion_depth)
+
+
 def run_pipeline(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequence[Post],
                  stages: Sequence[FirstStage]) -> tuple[dict[str, list[str]], list[dict[str, Any]]]:
     """The configured reranker over every post: (post_id → top ids, one record per post)."""
@@ -82,6 +87,8 @@ def run_pipeline(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
             final = pipeline.cross_encoder_rerank(post, stage.fused)
         else:
             final = stage.fused
+        if config.rerank_fusion and config.reranker != "none":
+            final = fuse_back(final, stage, config)
         rankings[post.post_id] = _ids(final, config.top_k)
         records.append({"post_id": post.post_id, "text": post.text, "gold": post.gold,
                         "bm25": _ids(stage.sparse, 10), "dense": _ids(stage.dense, 10),
@@ -109,10 +116,13 @@ def run_ablation(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
     }
     # the cross-encoder over each fusion's head (the paper reranks RRF's; α-fusion's is the R2VC first stage)
     for name, heads in ((rrf, [s.fused for s in stages]), (alpha, alpha_heads)):
+        reranked = [pipeline.cross_encoder_rerank(p, head) for p, head in tqdm(
+            list(zip(posts, heads, strict=True)), desc=f"cross-encoder ({name})", disable=not config.progress)]
         runs[f"{name} + cross-encoder@{config.fusion_depth}"] = {
-            p.post_id: _ids(pipeline.cross_encoder_rerank(p, head), k)
-            for p, head in tqdm(list(zip(posts, heads, strict=True)), desc=f"cross-encoder ({name})",
-                                disable=not config.progress)}
+            p.post_id: _ids(r, k) for p, r in zip(posts, reranked, strict=True)}
+        if name == rrf:  # the same scores, fused back with the first stage (rerank_fusion: true): no new calls
+            runs[f"{name} + cross-encoder@{config.fusion_depth}, fused back"] = {
+                p.post_id: _ids(fuse_back(r, s, config), k) for p, r, s in zip(posts, reranked, stages, strict=True)}
     n_llm = min(config.ablation_llm_posts or len(posts), len(posts))
     llm_posts = list(posts[:n_llm])
     llm_name = f"{rrf} + LLM rerank@{config.fusion_depth}"
