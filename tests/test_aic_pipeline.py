@@ -423,3 +423,9 @@ def test_infer_aic_command_end_to_end_on_tiny_models(data_root: Path, tmp_path: 
     with pytest.raises(SystemExit) as exit_info:
         cli.main([*args, "--knowledge_store", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "r2")])
     assert exit_info.value.code == 2 and "nowhere" in capsys.readouterr().err
+    # the same output under other generation settings: refused before anything is written, records kept
+    records = (out / "records.jsonl").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*args[:-4], "--max_new_tokens", "9", *args[-4:]])
+    assert exit_info.value.code == 2 and "max_new_tokens: 8 → 9" in capsys.readouterr().err
+    assert (out / "records.jsonl").read_text() == records

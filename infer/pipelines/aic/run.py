@@ -137,6 +137,7 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
     from veracity.infer.pipelines.aic.pipeline import AICPipeline
     from veracity.infer.pipelines.aic.store import KnowledgeStore, build_proxy_store
     from veracity.io import write_json
+    from veracity.models.engine import make_engine
     from veracity.rundir import RunConfigMismatchError, write_run_config
 
     shard = parse_shard(config.shard)
@@ -144,7 +145,13 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
     try:
         pool, targets, train = load_claims(config)
         name = "records.jsonl" if shard[1] == 1 else f"records.shard-{shard[0]}-of-{shard[1]}.jsonl"
-        write_run_config(out, config, engine_config, job="infer aic", resumes=out / name)
+        engine = make_engine(engine_config)
+        try:
+            write_run_config(out, config, engine_config, job="infer aic", resumes=out / name,
+                             models={"generator": f"{engine.kind}:{engine.model_id}"})
+        except RunConfigMismatchError:
+            engine.close()
+            raise
         store_report: dict[str, Any] = {"knowledge_store": config.knowledge_store}
         if config.knowledge_store is None:
             store_dir = out / ("store" if config.proxy_own_documents else "store_distractors_only")
@@ -162,7 +169,7 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
     # a claim without gold QA pairs has no evidence score (the scorer refuses it): it runs, but is not in gold.json
     write_json(out / "gold.json", [gold_record(c) for c in targets if any(p.answers for p in c.questions)])
     store_report["claims_without_gold_evidence"] = sum(not any(p.answers for p in c.questions) for c in targets)
-    pipeline = AICPipeline(config, engine_config, store, train)
+    pipeline = AICPipeline(config, engine_config, store, train, engine=engine)
     try:
         summary = run_batch(items, pipeline, out / name, shard=shard, batch_size=config.claims_per_call,
                             progress=config.progress)
