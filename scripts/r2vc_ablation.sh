@@ -18,6 +18,7 @@ sft=runs/train/sft_smollm2/merged
 dpo=runs/train/dpo_smollm2/merged
 cfg=configs/pipelines
 
+echo "verifier: $("$veracity" models resolve nli_verifier)"  # the trained one in the cache, else the pre-built
 "$veracity" train calibrator --config configs/train/calibrator_r2vc_embedded.yaml
 
 run() {  # run NAME RECIPE [options]: one row
@@ -56,7 +57,7 @@ rows=(
 for source in fever_symmetric vitaminc; do
   "$python" scripts/r2vc_table.py --source "$source" "${rows[@]}"
 done
-"$python" scripts/r2vc_table.py --source climate_fever_claims "full=$out/climate_fever" \
+"$python" scripts/r2vc_table.py "full=$out/climate_fever" \
   "NLI-only=$out/climate_fever_nli_only"
 "$python" scripts/r2vc_table.py --parse_failures \
   "base SmolLM2-135M | full=$out/base_generator_$n_ckpt" \

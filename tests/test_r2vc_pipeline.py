@@ -207,6 +207,18 @@ def test_generator_only_votes_and_never_abstains() -> None:
         R2VCConfig(use_verifier=False, nli_candidate=True)
 
 
+def test_generator_only_breaks_vote_ties_by_its_own_logprob_never_the_verifier() -> None:
+    config = R2VCConfig(use_verifier=False, calibrator=None)
+    sure = GenerationResult([Candidate(format_answer("REFUTES", "No.", [1]), "stop", token_logprobs=[-0.1, -0.1]),
+                             Candidate(format_answer("SUPPORTS", "Yes.", [1]), "stop", token_logprobs=[-2.0, -2.0])])
+    # one vote each; the verifier (NLI: passage 1 entails the claim) would pick SUPPORTS, the log-probs REFUTES
+    assert decide(ITEM, NLI, sure, config, SignalSettings(), None)["label"] == "REFUTES"
+    flipped = GenerationResult(list(reversed(sure.candidates)))
+    assert decide(ITEM, NLI, flipped, config, SignalSettings(), None)["label"] == "REFUTES"  # not the order either
+    with_verifier = decide(ITEM, NLI, sure, R2VCConfig(calibrator=None, abstention="none"), SignalSettings(), None)
+    assert with_verifier["label"] == "SUPPORTS"
+
+
 def test_risk_control_threshold_comes_from_the_calibrators_held_out_scores() -> None:
     from veracity.infer.pipelines.r2vc.pipeline import thresholds
     from veracity.models.calibrator import LogisticCalibrator

@@ -115,7 +115,7 @@ def decide(item: Item, nli: np.ndarray, result: GenerationResult | None, config:
     else:
         for c in usable:
             c["confidence"] = c["confidence_uncalibrated"]
-    best = max(range(len(usable)), key=lambda k: (usable[k]["confidence"], usable[k]["signals"]["s_ver"]))
+    best = max(range(len(usable)), key=lambda k: (usable[k]["confidence"], tie_break(usable[k], config)))
     chosen = usable[best]
     tau_ver, tau_cal = thresholds(config, calibrator) if config.use_verifier else (None, None)
     reason = abstain(chosen["signals"]["s_ver"], chosen["confidence"], tau_ver, tau_cal)
@@ -123,6 +123,15 @@ def decide(item: Item, nli: np.ndarray, result: GenerationResult | None, config:
             "label": chosen["label"], "prediction": NOT_ENOUGH_INFO if reason else chosen["label"],
             "abstained": reason is not None, "abstain_reason": reason, "confidence": chosen["confidence"],
             "confidence_uncalibrated": chosen["confidence_uncalibrated"]}
+
+
+def tie_break(candidate: dict[str, Any], config: R2VCConfig) -> float:
+    """Among equally confident candidates: the verifier's s_ver, or without a verifier in the decision (the
+    generator-only vote) the generator's own mean token log-prob, so that that ablation never reads the verifier."""
+    if config.use_verifier:
+        return candidate["signals"]["s_ver"]
+    logprob = candidate.get("mean_logprob")
+    return float("-inf") if logprob is None else float(logprob)
 
 
 class R2VCPipeline:
