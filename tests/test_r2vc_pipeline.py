@@ -118,6 +118,8 @@ def test_pipeline_run_on_tiny_models(prepared_dir: Path, tiny_lm_dir: Path, tiny
     assert set(report["seconds_per_stage"]) == {"retrieval", "generation", "verifier", "decision"}
     again = main(argv)  # resumes: nothing to do
     assert again["already_done"] == 6 and again["processed"] == 0
+    kept = json.loads((out / "summary.json").read_text())  # the timings of the run that did the work survive
+    assert kept["processed"] == 6 and kept["seconds_per_stage"] == report["seconds_per_stage"]
 
 
 def test_user_claims_file_and_long_evidence_is_windowed(tiny_lm_dir: Path, tiny_verifier: Path,

@@ -118,7 +118,8 @@ def run(config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfi
             pipeline.close()
     report = {**summary.to_dict(), "seconds_per_stage": {k: round(v, 2) for k, v in pipeline.seconds.items()},
               "claims_per_second": round(summary.items_per_second, 4), "verifier": pipeline.verifier.stats.to_dict()}
-    write_json(out / "summary.json", report)
+    if summary.processed or not (out / "summary.json").exists():  # a no-op resume keeps the timings of the work
+        write_json(out / "summary.json", report)
     print(summary)
     print("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in report["seconds_per_stage"].items()))
     if shard[1] == 1:
