@@ -45,3 +45,8 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
         assert metrics["n"] > 0 and 0.0 <= metrics["coverage"] <= 1.0
         assert (tmp_path / "demo" / "r2vc" / run / "risk_coverage.png").exists()
     assert "| full |" in out and "| nli_only |" in out
+    # the next run reuses every finished step (same models, same settings: the resume checks let it through)
+    cli.main(["demo", "--data_root", str(data_root), "--output_dir", str(tmp_path / "demo"), "--sft_steps", "1",
+              "--nli_quick_steps", "1"])
+    again = capsys.readouterr().out.split("== 6. R2VC")[1]
+    assert again.count(" already done, 0 processed") == 3  # calibrator simulation, full, nli_only

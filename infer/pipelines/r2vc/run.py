@@ -121,7 +121,8 @@ def run(config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfi
     if summary.processed or not (out / "summary.json").exists():  # a no-op resume keeps the timings of the work
         write_json(out / "summary.json", report)
     print(summary)
-    print("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in report["seconds_per_stage"].items()))
+    if report["seconds_per_stage"]:
+        print("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in report["seconds_per_stage"].items()))
     if shard[1] == 1:
         from veracity.infer.eval.r2vc import main as evaluate
 
