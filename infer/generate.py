@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         engine = make_engine(engine_config)
         try:
             write_run_config(out, args, sampling, engine_config, job="infer generate",
-                             models={"generator": f"{engine.kind}:{engine.model_id}"}, resumes=out / name)
+                             models={"generator": engine.identity}, resumes=out / name)
             summary = run_batch(items, make_processor(engine, args, params), out / name, id_field=args.id_field,
                                 shard=shard, batch_size=args.requests_per_call, progress=args.progress,
                                 retry_errors=args.retry_errors, take_lock=False)

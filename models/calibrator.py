@@ -24,6 +24,12 @@ class CalibratorFeatureError(ValueError):
     """Features given do not match the ones the calibrator was fit on."""
 
 
+def calibrator_file(path: str | Path) -> Path:
+    """The calibrator JSON a path names: the file itself, or ``calibrator.json`` in a calibrator folder."""
+    path = Path(path)
+    return path / "calibrator.json" if path.is_dir() else path
+
+
 @dataclass
 class LogisticCalibrator:
     """``p = σ(intercept + Σ coef_i · x_i)`` over the named features (standardisation folded into the weights)."""
@@ -77,9 +83,7 @@ class LogisticCalibrator:
 
     @classmethod
     def load(cls, path: str | Path) -> LogisticCalibrator:
-        path = Path(path)
-        if path.is_dir():
-            path = path / "calibrator.json"
+        path = calibrator_file(path)
         if not path.is_file():
             raise FileNotFoundError(f"no calibrator at {path}: fit one with `veracity train calibrator`")
         data = json.loads(path.read_text(encoding="utf-8"))

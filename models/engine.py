@@ -152,6 +152,11 @@ class Engine(ABC):
     def model_id(self) -> str:
         """What identifies the model for caching (a path with a fingerprint, or a served model name)."""
 
+    @property
+    def identity(self) -> str:
+        """``kind:model_id``: how run records and judges name the engine's model."""
+        return f"{self.kind}:{self.model_id}"
+
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """One result per request, in order. Per-request failures are results with ``error``, not exceptions."""

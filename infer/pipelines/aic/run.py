@@ -142,16 +142,13 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
 
     shard = parse_shard(config.shard)
     out = Path(config.output_dir)
+    engine = None
     try:
         pool, targets, train = load_claims(config)
         name = "records.jsonl" if shard[1] == 1 else f"records.shard-{shard[0]}-of-{shard[1]}.jsonl"
         engine = make_engine(engine_config)
-        try:
-            write_run_config(out, config, engine_config, job="infer aic", resumes=out / name,
-                             models={"generator": f"{engine.kind}:{engine.model_id}"})
-        except RunConfigMismatchError:
-            engine.close()
-            raise
+        write_run_config(out, config, engine_config, job="infer aic", resumes=out / name,
+                         models={"generator": engine.identity})
         store_report: dict[str, Any] = {"knowledge_store": config.knowledge_store}
         if config.knowledge_store is None:
             store_dir = out / ("store" if config.proxy_own_documents else "store_distractors_only")
@@ -163,6 +160,8 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
                                                 store_id=store_claim_id)}
         store = KnowledgeStore(store_report["knowledge_store"])
     except (DataError, PreparedDataError, RunConfigMismatchError) as error:
+        if engine is not None:
+            engine.close()
         print(f"veracity infer aic: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     items = [{"id": store_claim_id(c.id), "record_id": c.id, "claim": c.claim, "gold": c.label} for c in targets]

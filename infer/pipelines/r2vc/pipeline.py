@@ -159,13 +159,13 @@ class R2VCPipeline:
     def model_ids(self) -> dict[str, str]:
         """Each model a record depends on, named by content: the run record keeps them, a resume must match."""
         from veracity.io import sha256_file
+        from veracity.models.calibrator import calibrator_file
 
         ids = {"verifier": self.verifier.model_id}
         if self.engine is not None:
-            ids["generator"] = f"{self.engine.kind}:{self.engine.model_id}"
+            ids["generator"] = self.engine.identity
         if self.calibrator is not None:
-            path = Path(self.config.calibrator)
-            path = path / "calibrator.json" if path.is_dir() else path
+            path = calibrator_file(self.config.calibrator)
             ids["calibrator"] = f"{path}#{sha256_file(path)[:16]}"
         return ids
 

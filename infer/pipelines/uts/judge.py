@@ -80,7 +80,7 @@ class Judge:
 
     @property
     def name(self) -> str:
-        return f"{self.engine.kind}:{self.engine.model_id}"
+        return self.engine.identity
 
     def request(self, statement: str, evidence: str) -> GenerationRequest:
         evidence = normalize_space(evidence)[: self.max_evidence_chars]
