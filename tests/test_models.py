@@ -198,6 +198,46 @@ def test_embedded_embedder_loads_and_embeds() -> None:
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.3
 
 
+def test_unknown_embedded_variant_names_the_variants() -> None:
+    with pytest.raises(ModelNotFoundError, match=r"no embedded variant 'bge-huge'.*bge-small-en-v1\.5"):
+        resolve_model("embedder", "embedded:bge-huge")
+    with pytest.raises(ModelNotFoundError, match=r"variants: none"):
+        resolve_model("reranker", "embedded:bge-small-en-v1.5")
+
+
+@pytest.mark.slow
+def test_bge_small_variant_converts_once_and_embeds_like_its_onnx(monkeypatch: pytest.MonkeyPatch,
+                                                                   embedded_cache: Path) -> None:
+    """The dequantized float folder gives the INT8 ONNX model's [CLS] vectors (cosine > 0.99) and its ranking."""
+    import numpy as np
+    import onnxruntime
+    from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
+
+    monkeypatch.setenv("VERACITY_CACHE", str(embedded_cache))
+    folder = resolve_model("embedder", "embedded:bge-small-en-v1.5")
+    assert folder == embedded_cache / "models" / "bge-small-en-v1.5-float" and (folder / "COMPLETED").exists()
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model("embedder", "embedded:bge-small-en-v1.5") == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
+    texts = ["Represent this sentence for searching relevant passages: what is the capital of france",
+             "Paris is the capital and largest city of France.", "The stock market fell sharply today.",
+             "Berlin is the capital of Germany."]
+    ours = SentenceTransformer(str(folder), device="cpu").encode(texts, normalize_embeddings=True)
+    shipped = registry.ROLES["embedder"].variants["bge-small-en-v1.5"]
+    package = Path(importlib.util.find_spec(shipped.package).submodule_search_locations[0]) / shipped.subpath
+    tokenizer = Tokenizer.from_file(str(package / "tokenizer.json"))
+    tokenizer.enable_padding()
+    encoded = tokenizer.encode_batch(texts)
+    ids = np.array([e.ids for e in encoded], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+    session = onnxruntime.InferenceSession(str(package / "model.onnx"))
+    cls = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0][:, 0]
+    reference = cls / np.linalg.norm(cls, axis=1, keepdims=True)
+    assert ours.shape == (4, 384) and (ours * reference).sum(axis=1).min() > 0.99
+    assert int(np.argmax(ours[1:] @ ours[0])) == 0 == int(np.argmax(reference[1:] @ reference[0]))
+
+
 @pytest.mark.slow
 def test_smollm2_gguf_converts_once_and_generates(monkeypatch: pytest.MonkeyPatch, embedded_cache: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
