@@ -12,7 +12,7 @@ from veracity import cli
 from veracity.data_prep.errors import DataError
 from veracity.infer.eval.sciclaim import checkthat_scores
 from veracity.infer.pipelines.sciclaimseekers.prompt import SYSTEM_PROMPT, USER_TEMPLATE, parse_score, rerank_messages
-from veracity.infer.pipelines.sciclaimseekers.ranking import order_by_llm_scores, order_by_scores
+from veracity.infer.pipelines.sciclaimseekers.ranking import interpolate_scores, order_by_llm_scores, order_by_scores
 from veracity.infer.pipelines.sciclaimseekers.task_io import (
     read_collection,
     read_posts,
@@ -59,6 +59,28 @@ def test_fused_back_reranker_order_is_rrf_over_reranker_bm25_and_dense() -> None
     # k = 1 (reranker + BM25 + dense): b 1/3 + 1/3 + 1/2, a 1/4 + 1/2 + 1/3, c 1/2 + 1/4, d 1/4
     assert [d for d, _ in fused] == ["b", "a", "c", "d"]
     assert [s for _, s in fused] == pytest.approx([1 / 3 + 1 / 3 + 1 / 2, 1 / 4 + 1 / 2 + 1 / 3, 3 / 4, 1 / 4])
+
+
+def test_interpolation_sums_min_max_scores_and_a_missing_list_adds_nothing() -> None:
+    candidates = ["a", "b", "c"]
+    reranker = {"a": 2.0, "b": 4.0}  # c's answer did not parse
+    sparse = [("c", 10.0), ("a", 5.0), ("x", 0.0)]  # normalized: c 1, a 0.5, x 0
+    dense = [("a", 0.9), ("b", 0.5)]  # normalized: a 1, b 0
+    # a: 0 + 1·1 + 2·0.5 = 2; b: 1 + 0 + 0 = 1; c: 0 + 0 + 2·1 = 2 (ties with a: a comes first in RRF order)
+    assert interpolate_scores(candidates, reranker, sparse, dense, 1.0, 2.0) == [("a", 2.0), ("c", 2.0), ("b", 1.0)]
+    # no weights: the reranker's order; the unscored candidate last; x (not a candidate) never appears
+    assert [d for d, _ in interpolate_scores(candidates, reranker, sparse, dense, 0.0, 0.0)] == ["b", "a", "c"]
+    with pytest.raises(ValueError, match=">= 0"):
+        interpolate_scores(candidates, reranker, sparse, dense, -1.0, 0.0)
+
+
+def test_interpolation_and_rrf_fuse_back_are_exclusive(tmp_path: Path, capsys) -> None:
+    args = ["infer", "sciclaim", "--posts", str(tmp_path / "p.tsv"), "--collection", str(tmp_path / "c.jsonl"),
+            "--rerank_fusion", "true", "--rerank_dense_weight", "1", "--output_dir", str(tmp_path / "run")]
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    assert info.value.code == 2 and "choose one" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_llm_scores_sort_ties_by_rrf_and_unparsable_answers_keep_their_slot() -> None:
@@ -231,21 +253,29 @@ def test_ablation_end_to_end_on_tiny_models(tmp_path: Path, tiny_encoder_dir: Pa
     from veracity.infer.pipelines.sciclaimseekers.run import main
 
     out = tmp_path / "run"
+    weights = ["--rerank_dense_weight", "1.5", "--rerank_bm25_weight", "0.5"]
     result = main([*_task(tmp_path), "--embedder", str(tiny_encoder_dir), "--model", str(tiny_lm_dir),
                    "--cross_encoder", str(tiny_cross_encoder), "--ablation", "true", "--ablation_llm_posts", "2",
-                   "--output_dir", str(out)])
+                   *weights, "--output_dir", str(out)])
     written = json.loads((out / "metrics.json").read_text())
+    interpolated = "RRF k=60 + cross-encoder@50, interpolated (dense 1.5, BM25 0.5)"
     names = ["BM25", "dense", "RRF k=60", "α-fusion α=0.5", "RRF k=60 + cross-encoder@50",
-             "RRF k=60 + cross-encoder@50, fused back", "α-fusion α=0.5 + cross-encoder@50",
+             "RRF k=60 + cross-encoder@50, fused back", interpolated, "α-fusion α=0.5 + cross-encoder@50",
              "RRF k=60 + LLM rerank@50 (first 2 posts)"]
-    assert list(result["rows"])[:8] == names and set(names) <= set(written["rows"])
+    assert list(result["rows"])[:9] == names and set(names) <= set(written["rows"])
     assert written["n"]["BM25"] == 3 and written["n"][names[-1]] == 2
     assert all(set(row) == {"mrr@5", "hit@1", "hit@5"} for row in written["rows"].values())
     assert "RRF k=60 (first 2 posts)" in written["rows"]  # the LLM row's neighbours on the same posts
     assert written["llm_rerank"]["pairs"] == 8
     assert written["cross_encoder"]["pairs"] == 24  # 4 papers per post, 2 heads
     submissions = sorted(p.name for p in (out / "submissions").iterdir())
-    assert len(submissions) == 8 and "bm25.tsv" in submissions
+    assert len(submissions) == 9 and "bm25.tsv" in submissions
+    # the pipeline with the same weights submits the ablation's interpolated row
+    single = main([*_task(tmp_path), "--embedder", str(tiny_encoder_dir), "--cross_encoder", str(tiny_cross_encoder),
+                   "--reranker", "cross_encoder", *weights, "--output_dir", str(tmp_path / "single")])
+    assert read_submission(tmp_path / "single" / "submission.tsv") == read_submission(
+        out / "submissions" / "rrf_k_60_cross_encoder_50_interpolated_dense_1_5_bm25_0_5.tsv")
+    assert single["metrics"]["mrr@5"] == pytest.approx(result["rows"][interpolated]["mrr@5"], abs=1e-4)
     bm25 = read_submission(out / "submissions" / "bm25.tsv")
     assert checkthat_scores(bm25, {"1": ["p0"], "2": ["p1"], "3": ["p2"]})["mrr@5"] == pytest.approx(
         result["rows"]["BM25"]["mrr@5"], abs=1e-4)

@@ -42,7 +42,11 @@ def make_parser(types: tuple[type, ...], prog: str) -> Any:
 
 def parse_config(types: tuple[type, ...] | Any, argv: Sequence[str] | None,
                  prog: str | None = None) -> tuple[Any, ...]:
-    """Parse ``argv`` into instances of ``types`` (or with a parser from :func:`make_parser`)."""
+    """Parse ``argv`` into instances of ``types`` (or with a parser from :func:`make_parser`).
+
+    A value a config class refuses (its ``__post_init__`` raises ValueError) is a usage error: the parser's
+    one-line message and exit code 2, before anything is written.
+    """
     import argparse
     import sys
 
@@ -51,10 +55,13 @@ def parse_config(types: tuple[type, ...] | Any, argv: Sequence[str] | None,
     peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     peek.add_argument("--config")
     known, rest = peek.parse_known_args(args)
-    if not known.config or BASE_KEY not in (yaml.safe_load(Path(known.config).read_text(encoding="utf-8")) or {}):
-        return parser.parse_args_and_config(args)
-    # TrlParser reads one plain YAML: hand it the recipe with its base chain resolved.
-    with tempfile.TemporaryDirectory() as tmp:
-        merged = Path(tmp) / Path(known.config).name
-        merged.write_text(yaml.safe_dump(load_config_values(known.config), sort_keys=False), encoding="utf-8")
-        return parser.parse_args_and_config(["--config", str(merged), *rest])
+    try:
+        if not known.config or BASE_KEY not in (yaml.safe_load(Path(known.config).read_text(encoding="utf-8")) or {}):
+            return parser.parse_args_and_config(args)
+        # TrlParser reads one plain YAML: hand it the recipe with its base chain resolved.
+        with tempfile.TemporaryDirectory() as tmp:
+            merged = Path(tmp) / Path(known.config).name
+            merged.write_text(yaml.safe_dump(load_config_values(known.config), sort_keys=False), encoding="utf-8")
+            return parser.parse_args_and_config(["--config", str(merged), *rest])
+    except ValueError as error:
+        parser.error(" ".join(str(error).split()))

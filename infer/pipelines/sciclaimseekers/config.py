@@ -50,6 +50,10 @@ class SciClaimConfig:
     reranker: str = field(default="llm", metadata={"help": f"One of {RERANKERS}."})
     rerank_fusion: bool = field(default=False, metadata={
         "help": "true: the reranker's order joins BM25's and dense's as a third ranking, fused by RRF k."})
+    rerank_dense_weight: float = field(default=0.0, metadata={
+        "help": "Final score = reranker + this × dense + rerank_bm25_weight × BM25, each min–max normalized per post "
+                "(0 and 0: the reranker's order alone, the paper's)."})
+    rerank_bm25_weight: float = field(default=0.0, metadata={"help": "BM25's weight in that sum."})
     cross_encoder: str = field(default="embedded", metadata={"help": "Cross-encoder: 'embedded', 'real', path."})
     cross_encoder_batch_size: int = 32
     max_new_tokens: int = field(default=8, metadata={"help": "Tokens the LLM may write for its 0–10 answer."})
@@ -63,9 +67,19 @@ class SciClaimConfig:
         "help": "Ablation: LLM-rerank only the first N posts (slow models); the other configurations are also "
                 "reported on those N posts beside their full-split rows."})
 
+    @property
+    def interpolates(self) -> bool:
+        """Whether the reranker's scores are summed with the first stage's (``rerank_*_weight``)."""
+        return bool(self.rerank_dense_weight or self.rerank_bm25_weight)
+
     def __post_init__(self) -> None:
         if self.reranker not in RERANKERS:
             raise ValueError(f"reranker must be one of {RERANKERS}, got {self.reranker!r}")
+        if self.rerank_dense_weight < 0 or self.rerank_bm25_weight < 0:
+            raise ValueError("rerank_dense_weight and rerank_bm25_weight must be >= 0")
+        if self.rerank_fusion and self.interpolates:
+            raise ValueError("rerank_fusion (RRF with the first stage) and rerank_*_weight (a weighted sum) are two "
+                             "ways of combining the reranker with the first stage: choose one")
         if not 1 <= self.top_k <= self.fusion_depth <= self.candidates * 2:
             raise ValueError(f"need 1 <= top_k ({self.top_k}) <= fusion_depth ({self.fusion_depth}) <= "
                              f"2 × candidates ({self.candidates})")

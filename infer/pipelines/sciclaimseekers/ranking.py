@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from veracity.infer.retrieval.fusion import Hits
+from veracity.infer.retrieval.fusion import Hits, minmax_normalize
 
 
 def order_by_llm_scores(fused: Hits, scores: Sequence[int | None]) -> Hits:
@@ -42,3 +42,21 @@ def order_by_scores(fused: Hits, scores: Sequence[float]) -> Hits:
         raise ValueError(f"{len(scores)} scores for {len(fused)} candidates")
     order = sorted(range(len(fused)), key=lambda i: (-scores[i], -fused[i][1], i))
     return [(fused[i][0], float(scores[i])) for i in order]
+
+
+def interpolate_scores(candidates: Sequence[str], reranker: Mapping[str, float], sparse: Hits, dense: Hits,
+                       dense_weight: float, bm25_weight: float) -> Hits:
+    """``s̃_rerank + w_dense·s̃_dense + w_bm25·s̃_bm25`` over the candidates, best first.
+
+    Each score is min–max normalized over its own list for this post (the reranker's over the candidates it
+    scored, each retriever's over its top hits); a candidate a list lacks — one the retriever did not return, or
+    whose reranker answer did not parse — gets 0 from it. Ties keep the candidates' order (RRF's).
+    """
+    if dense_weight < 0 or bm25_weight < 0:
+        raise ValueError(f"interpolation weights must be >= 0, got dense {dense_weight}, bm25 {bm25_weight}")
+    rerank = minmax_normalize([(d, float(reranker[d])) for d in candidates if d in reranker])
+    dense_scores, bm25_scores = minmax_normalize(dense), minmax_normalize(sparse)
+    total = {d: rerank.get(d, 0.0) + dense_weight * dense_scores.get(d, 0.0) + bm25_weight * bm25_scores.get(d, 0.0)
+             for d in candidates}
+    order = sorted(range(len(candidates)), key=lambda i: (-total[candidates[i]], i))
+    return [(candidates[i], total[candidates[i]]) for i in order]

@@ -23,6 +23,7 @@ from typing import Any
 
 from veracity.infer.pipelines.sciclaimseekers.config import SciClaimConfig
 from veracity.infer.pipelines.sciclaimseekers.pipeline import FirstStage, SciClaimPipeline
+from veracity.infer.pipelines.sciclaimseekers.ranking import interpolate_scores
 from veracity.infer.pipelines.sciclaimseekers.task_io import Post
 from veracity.infer.retrieval.fusion import Hits, alpha_fusion, reciprocal_rank_fusion
 from veracity.models.engine import EngineConfig
@@ -72,6 +73,16 @@ def fuse_back(reranked: Hits, stage: FirstStage, config: SciClaimConfig) -> Hits
     return reciprocal_rank_fusion([reranked, stage.sparse, stage.dense], config.rrf_k, config.fusion_depth)
 
 
+def interpolate(scores: dict[str, float], stage: FirstStage, config: SciClaimConfig) -> Hits:
+    """The reranker's scores of the RRF head summed with the first stage's (``rerank_*_weight``)."""
+    return interpolate_scores([d for d, _ in stage.fused], scores, stage.sparse, stage.dense,
+                              config.rerank_dense_weight, config.rerank_bm25_weight)
+
+
+def interpolated_name(config: SciClaimConfig) -> str:
+    return f"interpolated (dense {config.rerank_dense_weight:g}, BM25 {config.rerank_bm25_weight:g})"
+
+
 def run_pipeline(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequence[Post],
                  stages: Sequence[FirstStage]) -> tuple[dict[str, list[str]], list[dict[str, Any]]]:
     """The configured reranker over every post: (post_id → top ids, one record per post)."""
@@ -80,15 +91,19 @@ def run_pipeline(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
     rankings, records = {}, []
     for post, stage in tqdm(list(zip(posts, stages, strict=True)), desc=f"rerank ({config.reranker})", unit="post",
                             disable=not config.progress):
-        answers = None
+        answers, scores = None, {}
         if config.reranker == "llm":
             final, answers = pipeline.llm_rerank(post, stage.fused)
+            scores = {a["doc_id"]: a["score"] for a in answers if a["score"] is not None}
         elif config.reranker == "cross_encoder":
             final = pipeline.cross_encoder_rerank(post, stage.fused)
+            scores = dict(final)
         else:
             final = stage.fused
-        if config.rerank_fusion and config.reranker != "none":
+        if config.reranker != "none" and config.rerank_fusion:
             final = fuse_back(final, stage, config)
+        elif config.reranker != "none" and config.interpolates:
+            final = interpolate(scores, stage, config)
         rankings[post.post_id] = _ids(final, config.top_k)
         records.append({"post_id": post.post_id, "text": post.text, "gold": post.gold,
                         "bm25": _ids(stage.sparse, 10), "dense": _ids(stage.dense, 10),
@@ -120,9 +135,13 @@ def run_ablation(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
             list(zip(posts, heads, strict=True)), desc=f"cross-encoder ({name})", disable=not config.progress)]
         runs[f"{name} + cross-encoder@{config.fusion_depth}"] = {
             p.post_id: _ids(r, k) for p, r in zip(posts, reranked, strict=True)}
-        if name == rrf:  # the same scores, fused back with the first stage (rerank_fusion: true): no new calls
+        if name == rrf:  # the same scores combined with the first stage (rerank_fusion, rerank_*_weight): no new calls
             runs[f"{name} + cross-encoder@{config.fusion_depth}, fused back"] = {
                 p.post_id: _ids(fuse_back(r, s, config), k) for p, r, s in zip(posts, reranked, stages, strict=True)}
+            if config.interpolates:
+                runs[f"{name} + cross-encoder@{config.fusion_depth}, {interpolated_name(config)}"] = {
+                    p.post_id: _ids(interpolate(dict(r), s, config), k)
+                    for p, r, s in zip(posts, reranked, stages, strict=True)}
     n_llm = min(config.ablation_llm_posts or len(posts), len(posts))
     llm_posts = list(posts[:n_llm])
     llm_name = f"{rrf} + LLM rerank@{config.fusion_depth}"
