@@ -276,6 +276,8 @@ def test_ablation_end_to_end_on_tiny_models(tmp_path: Path, tiny_encoder_dir: Pa
     assert read_submission(tmp_path / "single" / "submission.tsv") == read_submission(
         out / "submissions" / "rrf_k_60_cross_encoder_50_interpolated_dense_1_5_bm25_0_5.tsv")
     assert single["metrics"]["mrr@5"] == pytest.approx(result["rows"][interpolated]["mrr@5"], abs=1e-4)
+    record = json.loads((tmp_path / "single" / "records.jsonl").read_text().splitlines()[0])
+    assert set(record["cross_encoder_scores"]) == {d for d, _ in record["rrf"]} and record["llm_answers"] is None
     bm25 = read_submission(out / "submissions" / "bm25.tsv")
     assert checkthat_scores(bm25, {"1": ["p0"], "2": ["p1"], "3": ["p2"]})["mrr@5"] == pytest.approx(
         result["rows"]["BM25"]["mrr@5"], abs=1e-4)

@@ -6,7 +6,8 @@ Usage: veracity infer sciclaim --config configs/pipelines/sciclaimseekers_embedd
                                --task climate_fever --split dev --ablation true --output_dir runs/sciclaim/cf
 
 Writes ``submission.tsv`` (``post_id<TAB>[uid1, …, uid5]``), ``records.jsonl`` (per post: both retrievers' heads,
-the RRF candidates with scores, every LLM answer and its parsed score, the final ranking), ``summary.json``
+the RRF candidates with scores, every LLM answer and its parsed score or every cross-encoder score, the final
+ranking), ``summary.json``
 (seconds, pairs/s, unparsable answers) and, when the posts carry gold ids, ``metrics.json`` from
 ``veracity eval sciclaim``. With ``--ablation true``: one submission per configuration under ``submissions/`` and
 ``metrics.json`` with ``rows: {configuration: {mrr@5, hit@1, hit@5}}`` (+ ``results.md``).
@@ -108,6 +109,8 @@ def run_pipeline(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
         records.append({"post_id": post.post_id, "text": post.text, "gold": post.gold,
                         "bm25": _ids(stage.sparse, 10), "dense": _ids(stage.dense, 10),
                         "rrf": [[d, round(s, 6)] for d, s in stage.fused], "llm_answers": answers,
+                        "cross_encoder_scores": {d: round(v, 4) for d, v in scores.items()}
+                        if config.reranker == "cross_encoder" else None,
                         "ranking": [[d, round(s, 6)] for d, s in final[: config.top_k]]})
     return rankings, records
 
