@@ -7,10 +7,9 @@ Usage: veracity infer sciclaim --config configs/pipelines/sciclaimseekers_embedd
 
 Writes ``submission.tsv`` (``post_id<TAB>[uid1, …, uid5]``), ``records.jsonl`` (per post: both retrievers' heads,
 the RRF candidates with scores, every LLM answer and its parsed score or every cross-encoder score, the final
-ranking), ``summary.json``
-(seconds, pairs/s, unparsable answers) and, when the posts carry gold ids, ``metrics.json`` from
-``veracity eval sciclaim``. With ``--ablation true``: one submission per configuration under ``submissions/`` and
-``metrics.json`` with ``rows: {configuration: {mrr@5, hit@1, hit@5}}`` (+ ``results.md``).
+ranking), ``summary.json`` (seconds, pairs/s, unparsable answers) and, when the posts carry gold ids,
+``metrics.json`` from ``veracity eval sciclaim``. With ``--ablation true``: one submission per configuration under
+``submissions/`` and ``metrics.json`` with ``rows: {configuration: {mrr@5, hit@1, hit@5}}`` (+ ``results.md``).
 """
 
 from __future__ import annotations
