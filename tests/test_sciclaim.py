@@ -346,3 +346,14 @@ def test_tasks_from_prepared_records(tmp_path: Path) -> None:
     assert [(p.key, p.title, p.abstract) for p in papers] == [("Global warming:14", "Global warming",
                                                                "Species go extinct."),
                                                               ("Paris, TX:2", "Paris, TX", 'It has a "tower".')]
+
+
+def test_real_recipe_is_the_papers_pipeline() -> None:
+    """The real-scale recipe inherits the embedded one but not its small-model choices (reranker, weights)."""
+    from veracity.config import load_config_values
+    from veracity.infer.retrieval.dense import E5_INSTRUCT_QUERY_PREFIX
+
+    real = load_config_values(Path(__file__).parents[1] / "configs/pipelines/sciclaimseekers_real.yaml")
+    assert real["reranker"] == "llm" and real["rerank_dense_weight"] == real["rerank_bm25_weight"] == 0
+    assert real["embedder"] == "intfloat/multilingual-e5-large-instruct"
+    assert real["query_prefix"] == E5_INSTRUCT_QUERY_PREFIX and not real.get("rerank_fusion")
