@@ -17,7 +17,13 @@ from pathlib import Path
 
 from veracity.config import parse_config
 from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline
-from veracity.infer.pipelines.sciclaimseekers.run import _ids, _score, interpolate, make_parser, resolve_inputs
+from veracity.infer.pipelines.sciclaimseekers.run import (
+    interpolate,
+    make_parser,
+    resolve_inputs,
+    score_rankings,
+    top_ids,
+)
 from veracity.infer.pipelines.sciclaimseekers.task_io import read_collection, read_posts
 from veracity.io import write_json
 
@@ -45,9 +51,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     for i, dense in enumerate(DENSE):
         for j, bm25 in enumerate(BM25):
             weighted = replace(config, rerank_dense_weight=dense, rerank_bm25_weight=bm25, rerank_fusion=False)
-            rankings = {p.post_id: _ids(interpolate(c, s, weighted), config.top_k)
+            rankings = {p.post_id: top_ids(interpolate(c, s, weighted), config.top_k)
                         for p, c, s in zip(posts, scores, stages, strict=True)}
-            grid[i, j] = _score(rankings, posts)["mrr@5"]
+            grid[i, j] = score_rankings(rankings, posts)["mrr@5"]
     i, j = plateau_choice(grid)
     print(f"MRR@5 on {config.task or posts_path} {config.split} ({len(posts)} posts); rows: dense weight, "
           "columns: BM25 weight")

@@ -53,7 +53,8 @@ def resolve_inputs(config: SciClaimConfig) -> tuple[Path, Path]:
     return paths[config.split], paths["collection"]
 
 
-def _ids(hits: Hits, top: int) -> list[str]:
+def top_ids(hits: Hits, top: int) -> list[str]:
+    """The first ``top`` doc ids of a ranking."""
     return [doc for doc, _ in hits[:top]]
 
 
@@ -61,7 +62,8 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def _score(rankings: dict[str, list[str]], posts: Sequence[Post]) -> dict[str, float]:
+def score_rankings(rankings: dict[str, list[str]], posts: Sequence[Post]) -> dict[str, float]:
+    """MRR@5, hit@1, hit@5 of post_id → ranked ids against the posts' gold ids (CheckThat definition)."""
     from veracity.infer.eval.sciclaim import checkthat_scores
 
     scores = checkthat_scores(rankings, {p.post_id: p.gold for p in posts})
@@ -100,13 +102,14 @@ def run_pipeline(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
             scores = dict(final)
         else:
             final = stage.fused
-        if config.reranker != "none" and config.rerank_fusion:
-            final = fuse_back(final, stage, config)
-        elif config.reranker != "none" and config.interpolates:
-            final = interpolate(scores, stage, config)
-        rankings[post.post_id] = _ids(final, config.top_k)
+        if config.reranker != "none":
+            if config.rerank_fusion:
+                final = fuse_back(final, stage, config)
+            elif config.interpolates:
+                final = interpolate(scores, stage, config)
+        rankings[post.post_id] = top_ids(final, config.top_k)
         records.append({"post_id": post.post_id, "text": post.text, "gold": post.gold,
-                        "bm25": _ids(stage.sparse, 10), "dense": _ids(stage.dense, 10),
+                        "bm25": top_ids(stage.sparse, 10), "dense": top_ids(stage.dense, 10),
                         "rrf": [[d, round(s, 6)] for d, s in stage.fused], "llm_answers": answers,
                         "cross_encoder_scores": {d: round(v, 4) for d, v in scores.items()}
                         if config.reranker == "cross_encoder" else None,
@@ -126,23 +129,24 @@ def run_ablation(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
     alpha = f"α-fusion α={config.alpha:g}"
     alpha_heads = [alpha_fusion(s.sparse, s.dense, config.alpha, config.fusion_depth) for s in stages]
     runs: dict[str, dict[str, list[str]]] = {
-        "BM25": {p.post_id: _ids(s.sparse, k) for p, s in zip(posts, stages, strict=True)},
-        "dense": {p.post_id: _ids(s.dense, k) for p, s in zip(posts, stages, strict=True)},
-        rrf: {p.post_id: _ids(s.fused, k) for p, s in zip(posts, stages, strict=True)},
-        alpha: {p.post_id: _ids(head, k) for p, head in zip(posts, alpha_heads, strict=True)},
+        "BM25": {p.post_id: top_ids(s.sparse, k) for p, s in zip(posts, stages, strict=True)},
+        "dense": {p.post_id: top_ids(s.dense, k) for p, s in zip(posts, stages, strict=True)},
+        rrf: {p.post_id: top_ids(s.fused, k) for p, s in zip(posts, stages, strict=True)},
+        alpha: {p.post_id: top_ids(head, k) for p, head in zip(posts, alpha_heads, strict=True)},
     }
     # the cross-encoder over each fusion's head (the paper reranks RRF's; α-fusion's is the R2VC first stage)
     for name, heads in ((rrf, [s.fused for s in stages]), (alpha, alpha_heads)):
         reranked = [pipeline.cross_encoder_rerank(p, head) for p, head in tqdm(
             list(zip(posts, heads, strict=True)), desc=f"cross-encoder ({name})", disable=not config.progress)]
         runs[f"{name} + cross-encoder@{config.fusion_depth}"] = {
-            p.post_id: _ids(r, k) for p, r in zip(posts, reranked, strict=True)}
+            p.post_id: top_ids(r, k) for p, r in zip(posts, reranked, strict=True)}
         if name == rrf:  # the same scores combined with the first stage (rerank_fusion, rerank_*_weight): no new calls
             runs[f"{name} + cross-encoder@{config.fusion_depth}, fused back"] = {
-                p.post_id: _ids(fuse_back(r, s, config), k) for p, r, s in zip(posts, reranked, stages, strict=True)}
+                p.post_id: top_ids(fuse_back(r, s, config), k)
+                for p, r, s in zip(posts, reranked, stages, strict=True)}
             if config.interpolates:
                 runs[f"{name} + cross-encoder@{config.fusion_depth}, {interpolated_name(config)}"] = {
-                    p.post_id: _ids(interpolate(dict(r), s, config), k)
+                    p.post_id: top_ids(interpolate(dict(r), s, config), k)
                     for p, r, s in zip(posts, reranked, stages, strict=True)}
     n_llm = min(config.ablation_llm_posts or len(posts), len(posts))
     llm_posts = list(posts[:n_llm])
@@ -153,20 +157,20 @@ def run_ablation(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
         for name, rankings in runs.items():
             scored = llm_posts if name == llm_name else posts
             label = name if len(scored) == len(posts) else f"{name} (first {n_llm} posts)"
-            rows[label], counts[label] = _score(rankings, scored), len(scored)
+            rows[label], counts[label] = score_rankings(rankings, scored), len(scored)
             write_submission(out / "submissions" / f"{_slug(name)}.tsv", rankings, k)
         if n_llm < len(posts):  # the other configurations on the LLM subset, so that its row has neighbours
             for name, rankings in runs.items():
                 if name != llm_name:
                     label = f"{name} (first {n_llm} posts)"
-                    rows[label], counts[label] = _score(rankings, llm_posts), n_llm
+                    rows[label], counts[label] = score_rankings(rankings, llm_posts), n_llm
         return {"rows": rows, "n": counts, "llm_rerank": pipeline.llm_stats.to_dict(),
                 "cross_encoder": pipeline.cross_encoder_stats.to_dict()}
 
     from veracity.io import write_json
 
     write_json(out / "metrics.partial.json", table())  # every row but the slow LLM one, in case it is stopped
-    runs[llm_name] = {p.post_id: _ids(pipeline.llm_rerank(p, s.fused)[0], k)
+    runs[llm_name] = {p.post_id: top_ids(pipeline.llm_rerank(p, s.fused)[0], k)
                       for p, s in tqdm(list(zip(llm_posts, stages[:n_llm], strict=True)), desc="LLM rerank",
                                        disable=not config.progress)}
     (out / "metrics.partial.json").unlink(missing_ok=True)
