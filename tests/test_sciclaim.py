@@ -357,3 +357,16 @@ def test_real_recipe_is_the_papers_pipeline() -> None:
     assert real["reranker"] == "llm" and real["rerank_dense_weight"] == real["rerank_bm25_weight"] == 0
     assert real["embedder"] == "intfloat/multilingual-e5-large-instruct"
     assert real["query_prefix"] == E5_INSTRUCT_QUERY_PREFIX and not real.get("rerank_fusion")
+
+
+def test_weight_choice_takes_a_plateau_over_a_spike() -> None:
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "scripts/sciclaim_weights.py"
+    spec = importlib.util.spec_from_file_location("sciclaim_weights", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # (3, 3) is the single best point but stands alone; (1, 1) is lower amid high neighbours.
+    grid = {(i, j): 0.5 for i in range(4) for j in range(4)}
+    grid.update({(3, 3): 0.9, (1, 1): 0.8, (0, 1): 0.75, (1, 0): 0.75, (2, 1): 0.75, (1, 2): 0.75})
+    assert max(grid, key=grid.get) == (3, 3) and module.plateau_choice(grid) == (1, 1)
