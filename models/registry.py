@@ -88,6 +88,14 @@ def _convert_bge_small(package_dir: Path) -> Path:
     return convert_onnx_sentence_encoder(package_dir, target, pooling="cls")
 
 
+def float_reranker() -> Path:
+    """The embedded reranker (INT8 ONNX ms-marco-MiniLM-L-12-v2) as a float transformers folder, converted once:
+    the starting point of the models we fine-tune (NLI verifier, SciClaimSeekers reranker)."""
+    from veracity.models.onnx_bert import convert_onnx_cross_encoder
+
+    return convert_onnx_cross_encoder(resolve_model("reranker"), cache_dir() / "models" / "ms-marco-minilm-l12-float")
+
+
 def embedded_verifier_dir() -> Path:
     """Where ``veracity train nli`` installs the embedded verifier, and where the registry looks for it first."""
     return cache_dir() / "models" / VERIFIER_FOLDER

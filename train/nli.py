@@ -129,13 +129,10 @@ def claim_pairs(prepared_dir: Path, name: str, split: str, titles: bool) -> list
 
 
 def initial_model(init: str) -> Path:
-    from veracity.models.registry import cache_dir, resolve_model
+    from veracity.models.registry import float_reranker, resolve_model
 
     if init == "reranker":
-        from veracity.models.onnx_bert import convert_onnx_cross_encoder
-
-        target = cache_dir() / "models" / "ms-marco-minilm-l12-float"
-        return convert_onnx_cross_encoder(resolve_model("reranker"), target)
+        return float_reranker()
     if init == "embedder":
         return resolve_model("embedder")
     return resolve_model("nli_verifier", init)

@@ -59,7 +59,11 @@ class _HFCrossEncoder:
         self.model = CrossEncoder(str(folder), device="cpu", max_length=max_length)
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
-        scores = self.model.predict(list(pairs), batch_size=batch_size, show_progress_bar=False)
+        from torch import nn
+
+        # raw logits, as the ONNX backend returns: a sigmoid would change how scores mix with others (min–max sums)
+        scores = self.model.predict(list(pairs), batch_size=batch_size, show_progress_bar=False,
+                                    activation_fn=nn.Identity())
         scores = np.asarray(scores)
         return scores if scores.ndim == 1 else scores[:, -1]
 

@@ -64,6 +64,11 @@ def write_index_corpus(papers: Sequence[Paper], path: Path) -> Path:
     return path
 
 
+def passage_text(paper: Paper) -> str:
+    """What the cross-encoder reads of a paper (in the pipeline and when it is fine-tuned): "title. abstract"."""
+    return f"{paper.title}. {paper.abstract}" if paper.title else paper.abstract
+
+
 class SciClaimPipeline:
     """Index, encoder and rerankers, loaded once."""
 
@@ -139,8 +144,7 @@ class SciClaimPipeline:
         """Cross-encoder scores of (post, "title. abstract") for every candidate, best first."""
         if self.cross_encoder is None:
             raise RuntimeError("the pipeline was built without the cross-encoder")
-        texts = [f"{self.papers[d].title}. {self.papers[d].abstract}" if self.papers[d].title else
-                 self.papers[d].abstract for d, _ in fused]
+        texts = [passage_text(self.papers[d]) for d, _ in fused]
         start = time.perf_counter()
         scores = self.cross_encoder.score(post.text, texts) if texts else []
         self.cross_encoder_stats.seconds += time.perf_counter() - start
