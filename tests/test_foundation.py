@@ -26,6 +26,7 @@ CONFIG_JOBS = {
     "train/dpo": "veracity.train.dpo",
     "train/nli": "veracity.train.nli",
     "train/calibrator": "veracity.train.calibrator",
+    "train/reranker": "veracity.train.reranker",
     "pipelines/r2vc": "veracity.infer.pipelines.r2vc.run",
     "pipelines/uts": "veracity.infer.pipelines.uts.run",
     "pipelines/aic": "veracity.infer.pipelines.aic.run",
@@ -95,7 +96,7 @@ def test_unknown_and_not_yet_commands(capsys: pytest.CaptureFixture[str]) -> Non
     assert cli.main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err
     assert cli.main(["train"]) == 2
-    assert "usage: veracity train {sft,dpo,merge,nli,calibrator}" in capsys.readouterr().err
+    assert "usage: veracity train {sft,dpo,merge,nli,calibrator,reranker}" in capsys.readouterr().err
     assert cli.main(["eval", "nonsense"]) == 2
     assert "usage: veracity eval {retrieval,checkpoint,averitec,r2vc,sciclaim,m4}" in capsys.readouterr().err
 

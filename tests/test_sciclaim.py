@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from veracity import cli
@@ -359,14 +360,142 @@ def test_real_recipe_is_the_papers_pipeline() -> None:
     assert real["query_prefix"] == E5_INSTRUCT_QUERY_PREFIX and not real.get("rerank_fusion")
 
 
-def test_weight_choice_takes_a_plateau_over_a_spike() -> None:
+def _script(name: str):  # noqa: ANN202 - a module loaded from scripts/
     import importlib.util
 
-    path = Path(__file__).parents[1] / "scripts/sciclaim_weights.py"
-    spec = importlib.util.spec_from_file_location("sciclaim_weights", path)
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_weight_choice_takes_a_plateau_over_a_spike() -> None:
+    module = _script("sciclaim_weights")
     # (3, 3) is the single best point but stands alone; (1, 1) is lower amid high neighbours.
     grid = {(i, j): 0.5 for i in range(4) for j in range(4)}
     grid.update({(3, 3): 0.9, (1, 1): 0.8, (0, 1): 0.75, (1, 0): 0.75, (2, 1): 0.75, (1, 2): 0.75})
     assert max(grid, key=grid.get) == (3, 3) and module.plateau_choice(grid) == (1, 1)
+
+
+# --- fine-tuning the cross-encoder on a task's training posts ---------------------------------------------------
+
+def test_reranker_training_pairs_are_the_gold_and_the_first_wrong_candidates() -> None:
+    from veracity.infer.pipelines.sciclaimseekers.task_io import Paper, Post
+    from veracity.train.reranker import SplitData, reranking_samples, training_pairs
+
+    papers = {k: Paper(k, f"T{k}", f"abstract {k}") for k in "abcdg"}
+    papers["e"] = Paper("e", "", "no title")
+    data = SplitData([Post("1", "claim one", ["g", "b"]), Post("2", "claim two", ["zz"])], papers,
+                     [["a", "b", "e", "c", "d"], ["c", "a"]])
+    rows = [(r["query"], r["passage"], r["label"]) for r in training_pairs(data, negatives=2)]
+    assert rows == [  # g was not retrieved and is still a positive; b is skipped as a negative; "title. abstract"
+        ("claim one", "Tg. abstract g", 1.0), ("claim one", "Tb. abstract b", 1.0),
+        ("claim one", "Ta. abstract a", 0.0), ("claim one", "no title", 0.0),
+        ("claim two", "Tc. abstract c", 0.0), ("claim two", "Ta. abstract a", 0.0)]  # zz is not in the collection
+    samples = reranking_samples(data)
+    assert samples[0] == {"query": "claim one", "positive": ["Tg. abstract g", "Tb. abstract b"],
+                          "documents": ["Ta. abstract a", "Tb. abstract b", "no title", "Tc. abstract c",
+                                        "Td. abstract d"]}  # the head in RRF order: a missed gold stays missed
+
+
+def _reranker_task(tmp_path: Path, tiny_encoder_dir: Path) -> list[str]:
+    _task(tmp_path)
+    recipe = tmp_path / "pipeline.yaml"
+    recipe.write_text(f"embedder: {tiny_encoder_dir}\nmax_length: 64\nprogress: false\ncandidates: 4\n"
+                      "fusion_depth: 4\ntop_k: 4\n")
+    return ["train", "reranker", "--pipeline_config", str(recipe), "--posts", str(tmp_path / "posts.tsv"),
+            "--selection_posts", str(tmp_path / "posts.tsv"), "--collection", str(tmp_path / "c.jsonl")]
+
+
+def test_the_reranker_fine_tunes_and_the_pipeline_reranks_with_it(tmp_path: Path, tiny_encoder_dir: Path,
+                                                                   tiny_cross_encoder: Path) -> None:
+    from veracity.infer.pipelines.sciclaimseekers.run import main as infer
+    from veracity.infer.retrieval.rerank import CrossEncoderReranker
+
+    out = tmp_path / "reranker"
+    cli.main([*_reranker_task(tmp_path, tiny_encoder_dir), "--init", str(tiny_cross_encoder), "--negatives", "3",
+              "--output_dir", str(out), "--max_steps", "40", "--learning_rate", "0.003",
+              "--per_device_train_batch_size", "4", "--eval_strategy", "steps", "--eval_steps", "20",
+              "--save_steps", "20", "--load_best_model_at_end", "true",
+              "--metric_for_best_model", "eval_selection_mrr@5", "--use_cpu", "true", "--report_to", "none",
+              "--disable_tqdm", "true"])
+    report = json.loads((out / "metrics.json").read_text())
+    assert report["train"] == {"posts": 3, "pairs": 12, "positives": 3, "negatives": 9}
+    assert set(report["before"]) == set(report["after"]) == {"selection"}  # --posts: no report split
+    assert (out / "COMPLETED").exists() and (out / "model" / "README.md").exists()
+    # trained on these very posts: every gold paper now outscores the three others of its post
+    reranker = CrossEncoderReranker(str(out / "model"))
+    papers = read_collection(tmp_path / "c.jsonl")
+    for post in read_posts(tmp_path / "posts.tsv"):
+        scores = reranker.score(post.text, [f"{p.title}. {p.abstract}" for p in papers])
+        assert int(np.argmax(scores)) == int(post.gold[0][1:]), (post, scores)
+    assert report["after"]["selection"]["selection_mrr@5"] == 1.0
+    # the pipeline reranks the same RRF heads with it: its MRR@5 is the trainer's selection figure
+    summary = infer([*_task(tmp_path), "--embedder", str(tiny_encoder_dir), "--candidates", "4", "--fusion_depth",
+                     "4", "--top_k", "4", "--reranker", "cross_encoder", "--cross_encoder", str(out / "model"),
+                     "--rerank_dense_weight", "0", "--rerank_bm25_weight", "0", "--output_dir", str(tmp_path / "run")])
+    assert summary["metrics"]["mrr@5"] == pytest.approx(report["after"]["selection"]["selection_mrr@5"], abs=1e-4)
+
+
+def test_the_hf_cross_encoder_returns_raw_logits(tiny_cross_encoder: Path) -> None:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from veracity.infer.retrieval.rerank import CrossEncoderReranker
+
+    # the ONNX backend returns logits; a sigmoid here would change how scores mix in the min–max interpolation
+    texts = ["Surgical masks reduce transmission.", "Polar bears lose habitat."]
+    scores = CrossEncoderReranker(str(tiny_cross_encoder)).score("do masks work", texts)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_cross_encoder)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_cross_encoder).eval()
+    with torch.no_grad():
+        logits = model(**tokenizer(["do masks work"] * 2, texts, padding=True, return_tensors="pt")).logits[:, 0]
+    assert scores == pytest.approx(logits.numpy(), abs=1e-5)
+
+
+def test_reranker_training_refuses_posts_without_selection_posts(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", "reranker", "--posts", str(tmp_path / "p.tsv"), "--output_dir", str(tmp_path / "o")])
+    assert info.value.code == 2 and "--selection_posts" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_reranker_training_names_a_post_without_gold(tmp_path: Path, tiny_encoder_dir: Path, capsys) -> None:
+    argv = _reranker_task(tmp_path, tiny_encoder_dir)
+    (tmp_path / "posts.tsv").write_text("post_id\ttweet_text\tcord_uid\n1\tmasks work\tp0\n2\tno gold here\t\n")
+    with pytest.raises(SystemExit) as info:
+        cli.main([*argv, "--output_dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "posts.tsv" in err and "gold id for every post" in err, err
+    assert not (tmp_path / "o" / "run_config.yaml").exists()
+
+
+def test_the_tuned_recipe_reads_the_model_its_training_config_writes() -> None:
+    from veracity.config import load_config_values
+
+    root = Path(__file__).parents[1]
+    tuned = load_config_values(root / "configs/pipelines/sciclaimseekers_climate_fever.yaml")
+    training = load_config_values(root / "configs/train/reranker_climate_fever.yaml")
+    assert tuned["cross_encoder"] == f"{training['output_dir']}/model" and tuned["reranker"] == "cross_encoder"
+    assert training["pipeline_config"] == "configs/pipelines/sciclaimseekers_embedded.yaml"  # the negatives' source
+    assert (training["train_split"], training["selection_split"]) == ("train", "calib")  # dev stays out
+
+
+def test_overlap_split_separates_posts_whose_gold_a_training_post_has(tmp_path: Path, capsys) -> None:
+    from veracity.infer.pipelines.sciclaimseekers.task_io import Post
+
+    module = _script("sciclaim_overlap")
+    train = [Post("t1", "x", ["p0", "p9"]), Post("t2", "y", ["p5"])]
+    posts = [Post("1", "a", ["p0"]), Post("2", "b", ["p1", "p5"]), Post("3", "c", ["p2"])]
+    groups = module.split_by_overlap(posts, train)
+    assert [p.post_id for p in groups["seen"]] == ["1", "2"] and [p.post_id for p in groups["unseen"]] == ["3"]
+    # through its command line on an ablation-shaped run folder
+    (tmp_path / "posts.tsv").write_text("post_id\ttweet_text\tcord_uid\n1\ta\t['p0']\n2\tb\t['p1', 'p5']\n"
+                                        "3\tc\t['p2']\n")
+    (tmp_path / "train.tsv").write_text("post_id\ttweet_text\tcord_uid\nt1\tx\t['p0', 'p9']\nt2\ty\t['p5']\n")
+    (tmp_path / "metrics.json").write_text(json.dumps({"posts_file": str(tmp_path / "posts.tsv")}))
+    write_submission(tmp_path / "submissions" / "bm25.tsv", {"1": ["p0"], "2": ["p7", "p1"], "3": ["p7"]})
+    write_submission(tmp_path / "submissions" / "llm.tsv", {"1": ["p0"]})  # a subset row: left out
+    table = module.main(["--run", str(tmp_path), "--train_posts", str(tmp_path / "train.tsv")])
+    assert table == {"bm25": {"seen": 0.75, "unseen": 0.0}}
+    assert json.loads((tmp_path / "overlap.json").read_text())["n"] == {"seen": 2, "unseen": 1}

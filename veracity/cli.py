@@ -15,7 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("veracity.models.registry", "list / resolve / materialize the models of each role"),
     "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
     "index": ("@index", "`index build` / `index search`: retrieval indexes (BM25, FAISS, fusion, rerank)"),
-    "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA), `train nli` (verifier), `train calibrator`"),
+    "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA), `train nli` (verifier), `train calibrator`, "
+                        "`train reranker` (SciClaimSeekers' cross-encoder)"),
     "infer": ("@infer", "offline batch inference: `infer r2vc|aic|sciclaim|uts` (the pipelines), `infer generate`"),
     "eval": ("@eval", "evaluation: `eval r2vc|averitec|sciclaim|m4` (scorers), `eval retrieval`, `eval checkpoint`"),
 }
@@ -32,7 +33,8 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
                "uts": "veracity.infer.pipelines.uts.run"},
     "@index": {"build": "veracity.infer.retrieval.index_build", "search": "veracity.infer.retrieval.index_search"},
     "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge",
-               "nli": "veracity.train.nli", "calibrator": "veracity.train.calibrator"},
+               "nli": "veracity.train.nli", "calibrator": "veracity.train.calibrator",
+               "reranker": "veracity.train.reranker"},
 }
 
 
