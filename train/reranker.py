@@ -195,15 +195,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def write_reranker_card(folder: Path, args: RerankerArgs, init: Path, stats: dict[str, Any],
                         report: dict[str, Any], argv: Sequence[str] | None) -> Path:
+    from veracity.infer.pipelines.sciclaimseekers.tasks import TASKS
     from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
 
-    source = f"task {args.task} ({args.prepared_dir})" if not args.posts else args.posts
+    # a built task's posts are the prepared <task> queries: their licence is that source's
+    source = args.posts or TASKS[str(args.task)][1]
     data = {source: f"{args.train_split}: {stats['posts']} posts, {stats['positives']} gold pairs, "
                     f"{stats['negatives']} first-stage negatives; checkpoint chosen on {args.selection_split}"}
-    licences = data_licences(args.prepared_dir, [f"{args.task}_queries"]) if args.task else None
+    licences = None if args.posts else data_licences(args.prepared_dir, [source])
     init_id = "cross-encoder/ms-marco-MiniLM-L12-v2" if args.init == "embedded" else args.init
     return write_model_card(
-        folder, title=f"veracity SciClaimSeekers reranker (cross-encoder fine-tuned on {source})",
+        folder, title=f"veracity SciClaimSeekers reranker (cross-encoder fine-tuned on {args.task or source})",
         kind="sentence-transformers", base_model=hub_id(init_id, init), base_dir=init,
         command=command_line(argv, "train reranker"), data=data, licences=licences,
         metrics={when: {role: {k: v for k, v in m.items() if k.endswith(("mrr@5", "ndcg@5"))}
