@@ -416,9 +416,8 @@ def test_the_reranker_fine_tunes_and_the_pipeline_reranks_with_it(tmp_path: Path
     cli.main([*_reranker_task(tmp_path, tiny_encoder_dir), "--init", str(tiny_cross_encoder), "--negatives", "3",
               "--output_dir", str(out), "--max_steps", "40", "--learning_rate", "0.003",
               "--per_device_train_batch_size", "4", "--eval_strategy", "steps", "--eval_steps", "20",
-              "--save_steps", "20", "--load_best_model_at_end", "true",
-              "--metric_for_best_model", "eval_selection_mrr@5", "--use_cpu", "true", "--report_to", "none",
-              "--disable_tqdm", "true"])
+              "--save_steps", "20", "--load_best_model_at_end", "true", "--use_cpu", "true", "--report_to", "none",
+              "--disable_tqdm", "true"])  # no metric_for_best_model: the selection MRR@5, higher is better
     report = json.loads((out / "metrics.json").read_text())
     assert report["train"] == {"posts": 3, "pairs": 12, "positives": 3, "negatives": 9}
     assert set(report["before"]) == set(report["after"]) == {"selection"}  # --posts: no report split
@@ -430,11 +429,28 @@ def test_the_reranker_fine_tunes_and_the_pipeline_reranks_with_it(tmp_path: Path
         scores = reranker.score(post.text, [f"{p.title}. {p.abstract}" for p in papers])
         assert int(np.argmax(scores)) == int(post.gold[0][1:]), (post, scores)
     assert report["after"]["selection"]["selection_mrr@5"] == 1.0
+    state = json.loads((out / "checkpoint-40" / "trainer_state.json").read_text())
+    evaluated = [e["eval_selection_mrr@5"] for e in state["log_history"] if "eval_selection_mrr@5" in e]
+    assert len(evaluated) == 2 and state["best_metric"] == max(evaluated)
     # the pipeline reranks the same RRF heads with it: its MRR@5 is the trainer's selection figure
     summary = infer([*_task(tmp_path), "--embedder", str(tiny_encoder_dir), "--candidates", "4", "--fusion_depth",
                      "4", "--top_k", "4", "--reranker", "cross_encoder", "--cross_encoder", str(out / "model"),
                      "--rerank_dense_weight", "0", "--rerank_bm25_weight", "0", "--output_dir", str(tmp_path / "run")])
     assert summary["metrics"]["mrr@5"] == pytest.approx(report["after"]["selection"]["selection_mrr@5"], abs=1e-4)
+
+
+def test_reranker_checkpoints_are_chosen_by_the_highest_selection_mrr(tmp_path: Path) -> None:
+    from veracity.config import parse_config
+    from veracity.train.reranker import choose_by_selection_mrr, make_parser
+
+    common = ["--output_dir", str(tmp_path), "--eval_strategy", "steps", "--save_steps", "500", "--use_cpu", "true"]
+    _, training = parse_config(make_parser(), [*common, "--load_best_model_at_end", "true"])
+    assert training.metric_for_best_model == "loss" and training.greater_is_better is False  # transformers' default
+    choose_by_selection_mrr(training)
+    assert (training.metric_for_best_model, training.greater_is_better) == ("eval_selection_mrr@5", True)
+    _, training = parse_config(make_parser(), [*common, "--metric_for_best_model", "eval_selection_ndcg@5"])
+    choose_by_selection_mrr(training)
+    assert (training.metric_for_best_model, training.greater_is_better) == ("eval_selection_ndcg@5", True)
 
 
 def test_the_hf_cross_encoder_returns_raw_logits(tiny_cross_encoder: Path) -> None:

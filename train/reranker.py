@@ -136,6 +136,13 @@ def initial_model(init: str) -> Path:
     return float_reranker() if init == "embedded" else resolve_model("reranker", init)
 
 
+def choose_by_selection_mrr(training: Any) -> None:
+    """Checkpoints are chosen by the selection MRR@5, higher better, unless the config names another metric
+    (transformers' own default, the eval loss, does not exist here: there is no eval dataset)."""
+    if training.metric_for_best_model in (None, "loss"):
+        training.metric_for_best_model, training.greater_is_better = "eval_selection_mrr@5", True
+
+
 def make_parser() -> Any:
     from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments
 
@@ -177,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor((len(rows) - positives) / max(positives, 1)))
     selection = evaluator(data["selection"], "selection")
     before = {"selection": selection(model)}  # the starting point (the report split is measured once, at the end)
-    training.metric_for_best_model = training.metric_for_best_model or "eval_selection_mrr@5"
+    choose_by_selection_mrr(training)
     trainer = CrossEncoderTrainer(model=model, args=training, train_dataset=Dataset.from_list(rows), loss=loss,
                                   evaluator=selection)
     trainer.train(resume_from_checkpoint=last_checkpoint(out))
