@@ -399,12 +399,17 @@ def test_reranker_training_pairs_are_the_gold_and_the_first_wrong_candidates() -
 
 
 def _reranker_task(tmp_path: Path, tiny_encoder_dir: Path) -> list[str]:
-    _task(tmp_path)
+    _task(tmp_path)  # the training posts (posts.tsv) and the collection (c.jsonl)
+    (tmp_path / "selection.tsv").write_text(  # other posts, other wording: they choose the checkpoint
+        "post_id\ttweet_text\tcord_uid\n"
+        "s1\tArctic sea ice decline threatens polar bears #climate\tp3\n"
+        "s2\tintensive care patients often lack vitamin D\tp1\n"
+        "s3\thousehold influenza spread and surgical masks\tp0\n")
     recipe = tmp_path / "pipeline.yaml"
     recipe.write_text(f"embedder: {tiny_encoder_dir}\nmax_length: 64\nprogress: false\ncandidates: 4\n"
                       "fusion_depth: 4\ntop_k: 4\n")
     return ["train", "reranker", "--pipeline_config", str(recipe), "--posts", str(tmp_path / "posts.tsv"),
-            "--selection_posts", str(tmp_path / "posts.tsv"), "--collection", str(tmp_path / "c.jsonl")]
+            "--selection_posts", str(tmp_path / "selection.tsv"), "--collection", str(tmp_path / "c.jsonl")]
 
 
 def test_the_reranker_fine_tunes_and_the_pipeline_reranks_with_it(tmp_path: Path, tiny_encoder_dir: Path,
@@ -422,21 +427,31 @@ def test_the_reranker_fine_tunes_and_the_pipeline_reranks_with_it(tmp_path: Path
     assert report["train"] == {"posts": 3, "pairs": 12, "positives": 3, "negatives": 9}
     assert set(report["before"]) == set(report["after"]) == {"selection"}  # --posts: no report split
     assert (out / "COMPLETED").exists() and (out / "model" / "README.md").exists()
+    run_config = (out / "run_config.yaml").read_text()
+    assert "metric_for_best_model: eval_selection_mrr@5" in run_config  # the run records the metric it used
     # trained on these very posts: every gold paper now outscores the three others of its post
     reranker = CrossEncoderReranker(str(out / "model"))
     papers = read_collection(tmp_path / "c.jsonl")
     for post in read_posts(tmp_path / "posts.tsv"):
         scores = reranker.score(post.text, [f"{p.title}. {p.abstract}" for p in papers])
         assert int(np.argmax(scores)) == int(post.gold[0][1:]), (post, scores)
-    assert report["after"]["selection"]["selection_mrr@5"] == 1.0
-    state = json.loads((out / "checkpoint-40" / "trainer_state.json").read_text())
-    evaluated = [e["eval_selection_mrr@5"] for e in state["log_history"] if "eval_selection_mrr@5" in e]
-    assert len(evaluated) == 2 and state["best_metric"] == max(evaluated)
-    # the pipeline reranks the same RRF heads with it: its MRR@5 is the trainer's selection figure
-    summary = infer([*_task(tmp_path), "--embedder", str(tiny_encoder_dir), "--candidates", "4", "--fusion_depth",
-                     "4", "--top_k", "4", "--reranker", "cross_encoder", "--cross_encoder", str(out / "model"),
-                     "--rerank_dense_weight", "0", "--rerank_bm25_weight", "0", "--output_dir", str(tmp_path / "run")])
+    # the pipeline reranks the selection posts' RRF heads with it: its MRR@5 is the trainer's selection figure
+    summary = infer(["--posts", str(tmp_path / "selection.tsv"), "--collection", str(tmp_path / "c.jsonl"),
+                     "--max_length", "64", "--progress", "false", "--embedder", str(tiny_encoder_dir),
+                     "--candidates", "4", "--fusion_depth", "4", "--top_k", "4", "--reranker", "cross_encoder",
+                     "--cross_encoder", str(out / "model"), "--rerank_dense_weight", "0", "--rerank_bm25_weight", "0",
+                     "--output_dir", str(tmp_path / "run")])
+    assert summary["metrics"]["n"] == 3
     assert summary["metrics"]["mrr@5"] == pytest.approx(report["after"]["selection"]["selection_mrr@5"], abs=1e-4)
+
+
+def test_reranker_training_refuses_its_training_posts_as_selection_posts(tmp_path: Path, capsys) -> None:
+    posts = str(tmp_path / "p.tsv")
+    for extra in (["--posts", posts, "--selection_posts", posts, "--collection", "c.jsonl"],
+                  ["--task", "climate_fever", "--selection_split", "train"]):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["train", "reranker", *extra, "--output_dir", str(tmp_path / "o")])
+        assert info.value.code == 2 and "must not be the training posts" in capsys.readouterr().err
 
 
 def test_reranker_checkpoints_are_chosen_by_the_highest_selection_mrr(tmp_path: Path) -> None:
@@ -482,7 +497,7 @@ def test_reranker_training_names_a_post_without_gold(tmp_path: Path, tiny_encode
     with pytest.raises(SystemExit) as info:
         cli.main([*argv, "--output_dir", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert info.value.code == 2 and "posts.tsv" in err and "gold id for every post" in err, err
+    assert info.value.code == 2 and "posts.tsv: field 'cord_uid': post '2' has no gold id" in err, err
     assert not (tmp_path / "o" / "run_config.yaml").exists()
 
 

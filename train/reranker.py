@@ -52,6 +52,9 @@ class RerankerArgs:
             raise ValueError("--posts needs --selection_posts (they choose the checkpoint) and --collection")
         if not self.posts and not self.task:
             raise ValueError("give --task (with --prepared_dir) or --posts, --selection_posts and --collection")
+        if (self.posts and Path(self.posts).resolve() == Path(str(self.selection_posts)).resolve()) or (
+                not self.posts and self.selection_split == self.train_split):
+            raise ValueError("the posts that choose the checkpoint must not be the training posts")
         if self.negatives < 1:
             raise ValueError(f"negatives must be >= 1, got {self.negatives}")
 
@@ -90,8 +93,10 @@ def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
         config, engine_config = parse_config(run.make_parser(), pipeline_argv(args, split, posts_file, folder))
         posts_path, collection_path = run.resolve_inputs(config)
         posts = read_posts(posts_path)
-        if not all(p.gold for p in posts):
-            raise DataError(posts_path, None, "fine-tuning needs a gold id for every post", field="cord_uid")
+        missing = [p.post_id for p in posts if not p.gold]
+        if missing:
+            raise DataError(posts_path, None, f"post {missing[0]!r} has no gold id ({len(missing)} posts without): "
+                            "fine-tuning needs a gold id for every post", field="cord_uid")
         if pipeline is None:
             papers = read_collection(collection_path)
             pipeline = SciClaimPipeline(config, engine_config, papers)
@@ -122,12 +127,14 @@ def reranking_samples(data: SplitData) -> list[dict[str, Any]]:
             for post, head in zip(data.posts, data.heads, strict=True)]
 
 
-def evaluator(data: SplitData, name: str) -> Any:
-    """MRR@5 of the reranker over the RRF heads; a gold paper the first stage missed counts as missed."""
+def evaluator(data: SplitData, name: str, batch_size: int = 64) -> Any:
+    """MRR@5 of the reranker over the RRF heads; a gold paper the first stage missed counts as missed.
+    (sentence-transformers' evaluator matches the gold by passage text and breaks score ties its own way, so its
+    figure can differ from the pipeline's CheckThat MRR@5 by a post.)"""
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
 
     return CrossEncoderRerankingEvaluator(reranking_samples(data), at_k=5, always_rerank_positives=False, name=name,
-                                          batch_size=64, write_csv=False)
+                                          batch_size=batch_size, write_csv=False)
 
 
 def initial_model(init: str) -> Path:
@@ -172,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     except (DataError, PreparedDataError, ValueError) as error:  # bad posts, collection or split: named, exit 2
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    choose_by_selection_mrr(training)
     write_run_config(out, args, training, job="train reranker")
     rows = training_pairs(data["train"], args.negatives)
     positives = sum(r["label"] == 1.0 for r in rows)
@@ -182,15 +190,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model = CrossEncoder(str(init), num_labels=1, max_length=args.max_length, device="cpu" if training.use_cpu
                          else None)
     loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor((len(rows) - positives) / max(positives, 1)))
-    selection = evaluator(data["selection"], "selection")
+    batch = training.per_device_eval_batch_size
+    selection = evaluator(data["selection"], "selection", batch)
     before = {"selection": selection(model)}  # the starting point (the report split is measured once, at the end)
-    choose_by_selection_mrr(training)
     trainer = CrossEncoderTrainer(model=model, args=training, train_dataset=Dataset.from_list(rows), loss=loss,
                                   evaluator=selection)
     trainer.train(resume_from_checkpoint=last_checkpoint(out))
     final = out / "model"
     model.save_pretrained(str(final))
-    after = {role: evaluator(split, role)(model) for role, split in data.items() if role != "train"}
+    after = {role: evaluator(split, role, batch)(model) for role, split in data.items() if role != "train"}
     report = {"init": str(init), "train": stats, "before": before, "after": after}
     write_json(out / "metrics.json", report)
     write_reranker_card(final, args, init, stats, report, argv)
@@ -205,11 +213,12 @@ def write_reranker_card(folder: Path, args: RerankerArgs, init: Path, stats: dic
     from veracity.infer.pipelines.sciclaimseekers.tasks import TASKS
     from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
 
-    # a built task's posts are the prepared <task> queries: their licence is that source's
-    source = args.posts or TASKS[str(args.task)][1]
+    # a built task's posts and papers are the prepared <task> queries and corpus: their licences are those sources'
+    corpus, source = (args.collection, args.posts) if args.posts else TASKS[str(args.task)]
     data = {source: f"{args.train_split}: {stats['posts']} posts, {stats['positives']} gold pairs, "
-                    f"{stats['negatives']} first-stage negatives; checkpoint chosen on {args.selection_split}"}
-    licences = None if args.posts else data_licences(args.prepared_dir, [source])
+                    f"{stats['negatives']} first-stage negatives; checkpoint chosen on {args.selection_split}",
+            str(corpus): "the papers (passages) of those pairs"}
+    licences = None if args.posts else data_licences(args.prepared_dir, [source, str(corpus)])
     init_id = "cross-encoder/ms-marco-MiniLM-L12-v2" if args.init == "embedded" else args.init
     return write_model_card(
         folder, title=f"veracity SciClaimSeekers reranker (cross-encoder fine-tuned on {args.task or source})",
