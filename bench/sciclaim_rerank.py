@@ -1,13 +1,15 @@
 """Rerank throughput of SciClaimSeekers: (post, paper) pairs per second, batched vs one at a time.
 
 Usage: OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python bench/sciclaim_rerank.py [--llm_pairs 24] [--ce_pairs 100]
+       [--cross_encoders embedded runs/train/reranker_climate_fever/model]
        [--collection runs/sciclaim/ablation_climate_fever/task/collection.jsonl
         --posts runs/sciclaim/ablation_climate_fever/task/posts_dev.tsv]
 
 Real pairs: the first posts of a task, each with as many papers of the collection as needed (throughput depends on
 lengths, not relevance). LLM: the embedded SmolLM2 with Table 1's prompt, greedy, 8 new tokens — all pairs in one
 engine call (one forward batch) vs one request per call. Cross-encoder: the embedded ms-marco MiniLM-L-12 (INT8
-ONNX) in batches of 32 vs one pair per call. No cache. Read the ratios; absolute numbers move with machine load.
+ONNX; ``--cross_encoders`` adds others, e.g. the fine-tuned one) in batches of 32 vs one pair per call. No cache.
+Read the ratios; absolute numbers move with machine load.
 """
 
 from __future__ import annotations
@@ -44,13 +46,13 @@ def bench_llm(items: list[tuple[str, str, str]]) -> list[tuple[str, float]]:
     return out
 
 
-def bench_cross_encoder(items: list[tuple[str, str, str]]) -> list[tuple[str, float]]:
+def bench_cross_encoder(items: list[tuple[str, str, str]], model: str = "embedded") -> list[tuple[str, float]]:
     from veracity.infer.retrieval.rerank import CrossEncoderReranker
 
     texts = [(post, f"{title}. {abstract}") for post, title, abstract in items]
     out = []
     for label, batch in (("batched (32 per call)", 32), ("one at a time", 1)):
-        reranker = CrossEncoderReranker("embedded", batch_size=batch)
+        reranker = CrossEncoderReranker(model, batch_size=batch)
         reranker.backend.predict(texts[:1], 1)  # warm-up
         start = time.perf_counter()
         reranker.backend.predict(texts, batch)
@@ -64,11 +66,15 @@ def main() -> None:
     parser.add_argument("--collection", default="runs/sciclaim/ablation_climate_fever/task/collection.jsonl")
     parser.add_argument("--llm_pairs", type=int, default=24)
     parser.add_argument("--ce_pairs", type=int, default=100)
+    parser.add_argument("--cross_encoders", nargs="+", default=["embedded"], help="e.g. embedded and a folder "
+                        "written by `veracity train reranker` (a transformers model, run by torch)")
     args = parser.parse_args()
     rows = [("LLM SmolLM2-135M", *r, args.llm_pairs)
             for r in bench_llm(pairs(args.posts, args.collection, args.llm_pairs))]
-    rows += [("cross-encoder MiniLM-L-12", *r, args.ce_pairs)
-             for r in bench_cross_encoder(pairs(args.posts, args.collection, args.ce_pairs))]
+    for model in args.cross_encoders:
+        name = "cross-encoder MiniLM-L-12" + (" (INT8 ONNX)" if model == "embedded" else f" ({model})")
+        rows += [(name, *r, args.ce_pairs)
+                 for r in bench_cross_encoder(pairs(args.posts, args.collection, args.ce_pairs), model)]
     print("| reranker | mode | pairs | pairs/s | speed-up |\n|---|---|---:|---:|---:|")
     for i, (model, mode, rate, n) in enumerate(rows):
         base = rows[i + 1][2] if i % 2 == 0 else rate
