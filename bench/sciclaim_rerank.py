@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from veracity.infer.pipelines.sciclaimseekers.pipeline import passage_text
 from veracity.infer.pipelines.sciclaimseekers.prompt import rerank_messages
-from veracity.infer.pipelines.sciclaimseekers.task_io import read_collection, read_posts
+from veracity.infer.pipelines.sciclaimseekers.task_io import Paper, read_collection, read_posts
 from veracity.models.engine import GenerationRequest
 
 
@@ -49,7 +50,7 @@ def bench_llm(items: list[tuple[str, str, str]]) -> list[tuple[str, float]]:
 def bench_cross_encoder(items: list[tuple[str, str, str]], model: str = "embedded") -> list[tuple[str, float]]:
     from veracity.infer.retrieval.rerank import CrossEncoderReranker
 
-    texts = [(post, f"{title}. {abstract}") for post, title, abstract in items]
+    texts = [(post, passage_text(Paper("", title, abstract))) for post, title, abstract in items]
     out = []
     for label, batch in (("batched (32 per call)", 32), ("one at a time", 1)):
         reranker = CrossEncoderReranker(model, batch_size=batch)

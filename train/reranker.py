@@ -68,12 +68,21 @@ class SplitData:
     heads: list[list[str]]
 
 
-def pipeline_argv(args: RerankerArgs, split: str, posts: str | None, folder: Path) -> list[str]:
-    argv = ["--config", args.pipeline_config, "--output_dir", str(folder / split), "--index_dir",
-            str(folder / "index"), "--reranker", "none", "--rerank_dense_weight", "0", "--rerank_bm25_weight", "0"]
-    if posts:
-        return argv + ["--posts", posts, "--collection", str(args.collection)]
-    return argv + ["--task", str(args.task), "--prepared_dir", args.prepared_dir, "--split", split]
+def input_files(args: RerankerArgs, folder: Path) -> tuple[dict[str, Path], Path]:
+    """Role (train, selection, report) → posts file, and the collection: the files given, or those of the task,
+    built once from the prepared records."""
+    if args.posts:
+        return {"train": Path(args.posts), "selection": Path(str(args.selection_posts))}, Path(str(args.collection))
+    from veracity.infer.pipelines.sciclaimseekers.tasks import build_task
+
+    paths = build_task(args.prepared_dir, str(args.task), folder / "task")
+    splits = {"train": args.train_split, "selection": args.selection_split}
+    if args.report_split not in (None, "", "none"):
+        splits["report"] = args.report_split
+    for split in splits.values():
+        if split not in paths:
+            raise ValueError(f"task {args.task!r} has no split {split!r} (has {sorted(set(paths) - {'collection'})})")
+    return {role: paths[split] for role, split in splits.items()}, paths["collection"]
 
 
 def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
@@ -84,25 +93,19 @@ def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
     from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline
     from veracity.infer.pipelines.sciclaimseekers.task_io import read_collection, read_posts
 
-    wanted = {"train": (args.train_split, args.posts), "selection": (args.selection_split, args.selection_posts)}
-    if args.report_split not in (None, "", "none") and not args.posts:
-        wanted["report"] = (args.report_split, None)
-    out: dict[str, SplitData] = {}
-    pipeline = None
-    for role, (split, posts_file) in wanted.items():
-        config, engine_config = parse_config(run.make_parser(), pipeline_argv(args, split, posts_file, folder))
-        posts_path, collection_path = run.resolve_inputs(config)
-        posts = read_posts(posts_path)
-        missing = [p.post_id for p in posts if not p.gold]
+    files, collection = input_files(args, folder)
+    posts = {role: read_posts(path) for role, path in files.items()}
+    for role, rows in posts.items():
+        missing = [p.post_id for p in rows if not p.gold]
         if missing:
-            raise DataError(posts_path, None, f"post {missing[0]!r} has no gold id ({len(missing)} posts without): "
+            raise DataError(files[role], None, f"post {missing[0]!r} has no gold id ({len(missing)} posts without): "
                             "fine-tuning needs a gold id for every post", field="cord_uid")
-        if pipeline is None:
-            papers = read_collection(collection_path)
-            pipeline = SciClaimPipeline(config, engine_config, papers)
-        heads = [[doc for doc, _ in stage.fused] for stage in pipeline.first_stage(posts)]
-        out[role] = SplitData(posts, pipeline.papers, heads)
-    return out
+    config, engine_config = parse_config(run.make_parser(), ["--config", args.pipeline_config, "--output_dir",
+                                                             str(folder), "--index_dir", str(folder / "index")])
+    pipeline = SciClaimPipeline(config, engine_config, read_collection(collection))
+    return {role: SplitData(rows, pipeline.papers, [[doc for doc, _ in stage.fused]
+                                                    for stage in pipeline.first_stage(rows)])
+            for role, rows in posts.items()}
 
 
 def training_pairs(data: SplitData, negatives: int) -> list[dict[str, Any]]:

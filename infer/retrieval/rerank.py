@@ -55,15 +55,15 @@ class _OnnxCrossEncoder:
 class _HFCrossEncoder:
     def __init__(self, folder: Path, max_length: int):
         from sentence_transformers import CrossEncoder
-
-        self.model = CrossEncoder(str(folder), device="cpu", max_length=max_length)
-
-    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
         from torch import nn
 
+        self.model = CrossEncoder(str(folder), device="cpu", max_length=max_length)
         # raw logits, as the ONNX backend returns: a sigmoid would change how scores mix with others (min–max sums)
+        self.raw_logits = nn.Identity()
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
         scores = self.model.predict(list(pairs), batch_size=batch_size, show_progress_bar=False,
-                                    activation_fn=nn.Identity())
+                                    activation_fn=self.raw_logits)
         scores = np.asarray(scores)
         return scores if scores.ndim == 1 else scores[:, -1]
 
