@@ -26,7 +26,6 @@ import torch
 from transformers import LogitsProcessor
 
 
-
 def row_seed(seed: int, prompt_ids: Sequence[int], candidate: int) -> int:
     """A 63-bit seed from the request's seed, its prompt (as the model sees it) and the candidate's index: the same
     request gets the same samples whatever it is batched with, and two prompts never share a stream."""
@@ -173,3 +172,20 @@ class GrammarMask(LogitsProcessor):
         if self.forbidden and live:
             scores[torch.tensor(live)[:, None], torch.tensor(self.forbidden)[None, :]] = float("-inf")
         return scores.to(device)
+
+
+def grammar_accepts(kind: str, spec: str, text: str) -> bool:
+    """Whether the grammar the engine enforces for a constraint admits ``text`` (no tokenizer needed): how tests
+    check a schema against well-formed and malformed answers."""
+    import xgrammar
+    from xgrammar.testing import _is_grammar_accept_string
+
+    if kind == "json_schema":
+        grammar = xgrammar.Grammar.from_ebnf(json_schema_grammar(xgrammar, spec))
+    elif kind == "regex":
+        grammar = xgrammar.Grammar.from_regex(spec)
+    elif kind == "choice":
+        grammar = xgrammar.Grammar.from_ebnf(choice_grammar(json.loads(spec)))
+    else:
+        raise ValueError(f"unknown constraint kind {kind!r}")
+    return bool(_is_grammar_accept_string(grammar, text))

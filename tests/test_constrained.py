@@ -33,7 +33,8 @@ def engine(tiny_lm_dir: Path) -> TransformersEngine:
 def _valid(answer: dict) -> bool:
     # (the rationale's maxLength is not checked here: a random byte-level model writes broken UTF-8 byte runs,
     # which decode to more replacement characters than the grammar counted)
-    return (set(answer) == {"label", "rationale", "evidence"} and answer["label"] in SCHEMA["properties"]["label"]["enum"]
+    labels = SCHEMA["properties"]["label"]["enum"]
+    return (set(answer) == {"label", "rationale", "evidence"} and answer["label"] in labels
             and isinstance(answer["rationale"], str)
             and len(answer["evidence"]) <= 2 and all(1 <= e <= 3 for e in answer["evidence"]))
 
