@@ -70,6 +70,6 @@ def choice_budget(choices: Sequence[str]) -> int:
 
 
 def schema_text(schema: dict[str, Any]) -> str:
-    """The schema as the engines take it (``SamplingParams.json_schema``): JSON text, keys sorted (a stable cache
-    key)."""
-    return json.dumps(schema, sort_keys=True)
+    """The schema as the engines take it (``SamplingParams.json_schema``): JSON text with the properties in their
+    declared order, which is the order the constrained answer writes them in (never sort the keys)."""
+    return json.dumps(schema)

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor
 
+from veracity.models.engine import choice_grammar
+
 
 def row_seed(seed: int, prompt_ids: Sequence[int], candidate: int) -> int:
     """A 63-bit seed from the request's seed, its prompt (as the model sees it) and the candidate's index: the same
@@ -79,11 +81,6 @@ def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     remove = cumulative <= (1 - top_p)
     remove[..., -1:] = False
     return scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
-
-
-def choice_grammar(choices: Sequence[str]) -> str:
-    """An EBNF grammar whose only sentences are ``choices`` (JSON string literals are valid EBNF literals)."""
-    return "root ::= " + " | ".join(json.dumps(c) for c in choices)
 
 
 # xgrammar 0.2.8 writes a string bounded by maxLength as characters other than quote, backslash, CR and LF: raw

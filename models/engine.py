@@ -168,6 +168,12 @@ class GenerationResult:
 LOGPROB_DEFINITION = "model_t1_renormalised_over_allowed"
 
 
+def choice_grammar(choices: Sequence[str]) -> str:
+    """A grammar whose only sentences are ``choices``, in the EBNF both xgrammar and llama.cpp's GBNF read (JSON
+    string literals are valid literals in both)."""
+    return "root ::= " + " | ".join(json.dumps(c) for c in choices)
+
+
 class EngineError(RuntimeError):
     """A request that cannot succeed as configured (bad auth, unknown model, unreachable server …)."""
 
@@ -187,12 +193,12 @@ class Engine(ABC):
         """``kind:model_id``: how run records and judges name the engine's model."""
         return f"{self.kind}:{self.model_id}"
 
-    def decoding(self) -> dict[str, Any]:
-        """What the run record says of this engine's decoding: ``constrained`` — true (constraints are enforced),
-        false (not enforced, or not known to be), or "unknown" — and the ``logprob_definition`` its log-probs follow
-        (None where it is not known). Engines that enforce constraints and follow :data:`LOGPROB_DEFINITION`
-        override nothing."""
-        return {"constrained": True, "logprob_definition": LOGPROB_DEFINITION}
+    def decoding(self, kinds: Sequence[str] = ("json_schema",)) -> dict[str, Any]:
+        """What the run record says of this engine's decoding for requests constrained by ``kinds`` (json_schema,
+        regex, choice; empty: unconstrained requests): ``constrained`` — true only where this engine enforces every
+        such constraint — and the ``logprob_definition`` its log-probs follow (None where not known). The local
+        engines enforce every kind and follow :data:`LOGPROB_DEFINITION`."""
+        return {"constrained": bool(kinds), "logprob_definition": LOGPROB_DEFINITION}
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
@@ -227,6 +233,9 @@ class EngineConfig:
     send_generation_config: bool = field(
         default=False, metadata={"help": "openai engine: send sampling as generation_config (transformers serve)."}
     )
+    server: str = field(default="unknown", metadata={
+        "help": "openai engine: the kind of server (vllm, ollama, llamacpp, openai, transformers, unknown): how "
+                "constraints are sent, and whether they are reported as enforced (unknown: never)."})
 
 
 def make_engine(config: EngineConfig) -> Engine:
@@ -242,7 +251,7 @@ def make_engine(config: EngineConfig) -> Engine:
 
         engine = OpenAIEngine(config.model, base_url=config.base_url, api_key=config.api_key, timeout=config.timeout,
                               max_retries=config.max_retries, concurrency=config.concurrency,
-                              send_generation_config=config.send_generation_config)
+                              send_generation_config=config.send_generation_config, server=config.server)
     elif config.engine == "vllm":
         from veracity.models.vllm_engine import VLLMEngine
 

@@ -8,10 +8,15 @@ becomes that request's error result; the batch goes on.
 
 Servers differ: some ignore ``n`` or ``logprobs`` (``transformers serve`` ignores both). When a server returns fewer
 choices than asked, the rest are requested one by one with distinct seeds; log-probabilities the server does not
-give are reported as unavailable (None), never as zeros. A request with a ``json_schema`` asks chat servers for
-``response_format: {"type": "json_schema", ...}`` (constrained decoding on vLLM, SGLang, llama.cpp, OpenAI); a server
-that rejects the field with a 400 naming it is detected on first use, and the rest go without (the caller's strict
-parser stays the final check either way).
+give are reported as unavailable (None), never as zeros.
+
+Constraints go the way each server reads them (``server``): a JSON schema as ``response_format: {"type":
+"json_schema", ...}`` (vLLM, Ollama ≥ 0.5, llama.cpp's server and OpenAI enforce it), a regex or a choice as vLLM's
+``structured_outputs``, a choice as a GBNF ``grammar`` for llama.cpp. A server that rejects ``response_format`` with
+a 400 naming it is detected on first use, and the rest go without. Enforcement is never assumed: ``decoding()``
+reports a constraint as enforced only for a server known to enforce that kind (:data:`ENFORCES`) that did not
+reject it — ``transformers serve`` answers 200 and ignores ``response_format``, so an unknown server is reported
+as unconstrained. The caller's strict parser stays the final check either way.
 """
 
 from __future__ import annotations
@@ -23,10 +28,31 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from veracity.models.engine import Candidate, Engine, EngineError, GenerationRequest, GenerationResult, finite_or_none
+from veracity.models.engine import (
+    LOGPROB_DEFINITION,
+    Candidate,
+    Engine,
+    EngineError,
+    GenerationRequest,
+    GenerationResult,
+    choice_grammar,
+    finite_or_none,
+)
 
 logger = logging.getLogger(__name__)
 RETRIED_STATUSES = (408, 409, 429)  # and every 5xx: what the openai SDK retries (besides timeouts, lost connections)
+# The constraint kinds each kind of server is known to enforce (its documentation, and PLATFORM.md for transformers
+# serve, which ignores them); "unknown" is any other server.
+ENFORCES: dict[str, frozenset[str]] = {
+    "vllm": frozenset({"json_schema", "regex", "choice"}),
+    "llamacpp": frozenset({"json_schema", "choice"}),
+    "ollama": frozenset({"json_schema"}),
+    "openai": frozenset({"json_schema"}),
+    "transformers": frozenset(),
+    "unknown": frozenset(),
+}
+# Servers whose log-probabilities follow LOGPROB_DEFINITION (vLLM computes them after its grammar mask, at T = 1).
+SAME_LOGPROBS = frozenset({"vllm"})
 
 
 class OpenAIEngine(Engine):
@@ -34,25 +60,45 @@ class OpenAIEngine(Engine):
 
     def __init__(self, model: str, base_url: str = "http://127.0.0.1:8000/v1", api_key: str = "EMPTY",
                  timeout: float = 60.0, max_retries: int = 4, concurrency: int = 4,
-                 send_generation_config: bool = False):
+                 send_generation_config: bool = False, server: str = "unknown"):
         """``max_retries``: retries after the first attempt, done by the openai SDK (backoff with jitter,
         ``Retry-After`` honoured). ``send_generation_config``: also send the sampling settings as a per-request
         ``generation_config`` (``transformers serve`` samples only when asked that way; elsewhere it decodes
-        greedily)."""
+        greedily). ``server``: which kind of server answers (a key of :data:`ENFORCES`): how constraints are sent,
+        and whether they are reported as enforced."""
         import openai
+
+        if server not in ENFORCES:
+            raise ValueError(f"unknown server kind {server!r}; choose one of {sorted(ENFORCES)}")
 
         self.openai = openai
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
         self.model, self.base_url = model, base_url
         self.max_retries, self.concurrency = max_retries, max(1, concurrency)
-        self.send_generation_config = send_generation_config
+        self.send_generation_config, self.server = send_generation_config, server
         self.n_supported: bool | None = None  # learned from the first answer with n > 1
         self.json_schema_supported: bool | None = None  # learned from the first request with a json_schema
         self._lock = threading.Lock()
 
     @property
     def model_id(self) -> str:
-        return f"openai:{self.base_url}#{self.model}"
+        """Server and model, plus what changes the answer to the same request: sending the sampling as a
+        generation_config (``transformers serve`` decodes greedily without it) and the server kind (it decides how a
+        constraint is sent)."""
+        key = f"openai:{self.base_url}#{self.model}"
+        if self.send_generation_config:
+            key += "+generation_config"
+        if self.server != "unknown":
+            key += f"@{self.server}"
+        return key
+
+    def decoding(self, kinds: Sequence[str] = ("json_schema",)) -> dict[str, Any]:
+        enforced = ENFORCES[self.server]
+        constrained = bool(kinds) and all(k in enforced for k in kinds)
+        if "json_schema" in kinds and self.json_schema_supported is False:
+            constrained = False
+        return {"constrained": constrained, "server": self.server,
+                "logprob_definition": LOGPROB_DEFINITION if self.server in SAME_LOGPROBS else None}
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         if self.concurrency == 1 or len(requests) <= 1:
@@ -108,6 +154,9 @@ class OpenAIEngine(Engine):
             return self._with_retries(
                 lambda: self.client.chat.completions.create(messages=list(request.messages), **common))
 
+        constraint = self._constraint_fields(p)
+        if constraint:
+            common["extra_body"] = {**common.get("extra_body", {}), **constraint}
         if p.json_schema is None or self.json_schema_supported is False:
             return chat()
         common["response_format"] = {"type": "json_schema", "json_schema": {
@@ -124,6 +173,16 @@ class OpenAIEngine(Engine):
             return chat()
         self.json_schema_supported = True
         return response
+
+    def _constraint_fields(self, p: Any) -> dict[str, Any]:
+        """Request fields (beyond ``response_format``) that carry a regex or choice to servers that read them."""
+        if p.regex is not None and self.server == "vllm":
+            return {"structured_outputs": {"regex": p.regex}}
+        if p.choice is not None and self.server == "vllm":
+            return {"structured_outputs": {"choice": list(p.choice)}}
+        if p.choice is not None and self.server == "llamacpp":
+            return {"grammar": choice_grammar(p.choice)}
+        return {}
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
         """``call()`` (the SDK retries inside it); the errors that remain, mapped to what a user can act on."""

@@ -6,8 +6,8 @@ vLLM batches the requests of *one* call (continuous batching inside ``LLM.genera
 calls made one after another run one after another. So a batch of requests is one call — chats through
 ``LLM.chat``, raw prompts through ``LLM.generate`` — with a list of per-request ``SamplingParams`` in request
 order. A call that fails (e.g. one prompt longer than the context) is retried request by request, so only the bad
-request gets an error result. A request's ``json_schema`` becomes vLLM structured outputs (decoding constrained to
-the schema: ``StructuredOutputsParams(json=...)``, or ``GuidedDecodingParams`` on older vLLM).
+request gets an error result. A request's constraint becomes vLLM structured outputs (``StructuredOutputsParams(json=
+| regex= | choice=)``, or ``GuidedDecodingParams`` on older vLLM).
 """
 
 from __future__ import annotations
@@ -60,8 +60,11 @@ class VLLMEngine(Engine):
         return self._model_id
 
     def sampling(self, p: SamplingParams) -> Any:
-        extra = self._structured(json.loads(p.json_schema)) if p.json_schema else {}
-        return self._sampling_params(n=p.n, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_new_tokens,
+        """vLLM's SamplingParams for ``p``. Greedy requests go with n = 1 (vLLM refuses greedy n > 1; the one
+        answer is repeated n times in the result, as the transformers engine does)."""
+        extra = self._structured(*p.constraint) if p.constraint else {}
+        n = p.n if p.temperature > 0 else 1
+        return self._sampling_params(n=n, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_new_tokens,
                                      seed=p.seed, stop=list(p.stop) or None, logprobs=0 if p.logprobs else None,
                                      **extra)
 
@@ -86,7 +89,7 @@ class VLLMEngine(Engine):
             if len(outputs) != len(batch):
                 raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(batch)} requests")
             for i, output in zip(indices, outputs, strict=True):
-                results[i] = _result(output)
+                results[i] = _result(output, requests[i].params.n)
         assert all(r is not None for r in results), "every request gets a result"
         return results  # type: ignore[return-value]
 
@@ -99,24 +102,33 @@ class VLLMEngine(Engine):
                                  use_tqdm=False)
 
 
-def _vllm_structured(schema: dict[str, Any]) -> dict[str, Any]:
-    """SamplingParams arguments that constrain decoding to ``schema`` (older vLLM names them guided_decoding)."""
+def _vllm_structured(kind: str, spec: str) -> dict[str, Any]:
+    """SamplingParams arguments that constrain decoding (older vLLM names them guided_decoding): ``kind`` json_schema,
+    regex or choice, ``spec`` as in ``SamplingParams.constraint``."""
+    value: Any = json.loads(spec) if kind in ("json_schema", "choice") else spec
+    name = {"json_schema": "json", "regex": "regex", "choice": "choice"}[kind]
     try:
         from vllm.sampling_params import StructuredOutputsParams
 
-        return {"structured_outputs": StructuredOutputsParams(json=schema)}
+        return {"structured_outputs": StructuredOutputsParams(**{name: value})}
     except ImportError:
         from vllm.sampling_params import GuidedDecodingParams
 
-        return {"guided_decoding": GuidedDecodingParams(json=schema)}
+        return {"guided_decoding": GuidedDecodingParams(**{name: value})}
 
 
-def _result(output: Any) -> GenerationResult:
-    """One vLLM ``RequestOutput`` → a result (one candidate per completion, with its token log-probabilities)."""
+def _result(output: Any, n: int = 1) -> GenerationResult:
+    """One vLLM ``RequestOutput`` → a result (one candidate per completion, with its token log-probabilities). A
+    greedy request asked once for ``n`` answers gets its one answer ``n`` times.
+
+    vLLM's log-probabilities (its default ``logprobs_mode``, raw_logprobs) are computed from the logits after its
+    grammar bitmask and before temperature: the engines' LOGPROB_DEFINITION."""
     candidates = []
     for o in output.outputs:
         lp = None
         if o.logprobs is not None:
             lp = finite_or_none([step[token].logprob for step, token in zip(o.logprobs, o.token_ids, strict=True)])
         candidates.append(Candidate(o.text, o.finish_reason or "stop", lp, len(o.token_ids)))
+    if len(candidates) == 1 and n > 1:
+        candidates = [Candidate(**candidates[0].to_dict()) for _ in range(n)]
     return GenerationResult(candidates, prompt_tokens=len(output.prompt_token_ids))

@@ -281,3 +281,71 @@ def test_a_server_that_rejects_response_format_is_detected_once() -> None:
     assert first.ok and all(r.ok for r in later) and engine.json_schema_supported is False
     assert ["response_format" in body for body in script.seen] == [True, False, False, False], \
         "rejected once (a 400, not retried), then asked without it"
+
+
+def _one_request(engine_kwargs: dict, request: GenerationRequest) -> tuple[OpenAIEngine, dict]:
+    script = Script([])
+    server = _stub(script)
+    try:
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", **engine_kwargs)
+        assert engine.generate([request])[0].ok
+    finally:
+        server.shutdown()
+    (body,) = script.seen
+    return engine, body
+
+
+@pytest.mark.parametrize(("server", "request_kwargs", "field", "value", "constrained"), [
+    ("vllm", {"regex": "[0-9]"}, "structured_outputs", {"regex": "[0-9]"}, True),
+    ("vllm", {"choice": ("yes", "no")}, "structured_outputs", {"choice": ["yes", "no"]}, True),
+    ("llamacpp", {"choice": ("yes", "no")}, "grammar", 'root ::= "yes" | "no"', True),
+    ("ollama", {"json_schema": SCHEMA}, "response_format", {"type": "json_schema", "json_schema": {
+        "name": "answer", "schema": json.loads(SCHEMA), "strict": True}}, True),
+    ("llamacpp", {"json_schema": SCHEMA}, "response_format", {"type": "json_schema", "json_schema": {
+        "name": "answer", "schema": json.loads(SCHEMA), "strict": True}}, True),
+    ("ollama", {"regex": "[0-9]"}, "structured_outputs", None, False),  # Ollama has no regex: sent as is, unenforced
+])
+def test_constraints_reach_each_server_in_its_own_field(server: str, request_kwargs: dict, field: str, value: object,
+                                                        constrained: bool) -> None:
+    kind = next(iter(request_kwargs))
+    engine, body = _one_request({"server": server}, GenerationRequest.chat(HELLO, **request_kwargs))
+    assert body.get(field) == value
+    assert engine.decoding([kind])["constrained"] is constrained
+
+
+def test_a_server_not_known_to_enforce_is_reported_unconstrained() -> None:
+    """transformers serve answers 200 and ignores response_format: accepting the field proves nothing."""
+    for server in ("unknown", "transformers"):
+        engine, body = _one_request({"server": server}, GenerationRequest.chat(HELLO, json_schema=SCHEMA))
+        assert "response_format" in body and engine.json_schema_supported is True
+        assert engine.decoding(["json_schema"]) == {"constrained": False, "server": server,
+                                                    "logprob_definition": None}
+    engine, _ = _one_request({"server": "vllm"}, GenerationRequest.chat(HELLO, json_schema=SCHEMA))
+    assert engine.decoding(["json_schema"])["constrained"] is True
+    assert engine.decoding(["json_schema"])["logprob_definition"] is not None
+    assert engine.decoding([])["constrained"] is False  # unconstrained requests
+
+
+def test_a_rejected_schema_is_reported_unconstrained() -> None:
+    script = Script([], reject_response_format=True)
+    server = _stub(script)
+    try:
+        engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", server="vllm")
+        engine.generate([GenerationRequest.chat(HELLO, json_schema=SCHEMA)])
+    finally:
+        server.shutdown()
+    assert engine.decoding(["json_schema"])["constrained"] is False
+
+
+def test_cache_key_tells_greedy_generation_config_from_none() -> None:
+    """send_generation_config decides whether transformers serve samples: cached answers of one must not replay
+    as the other's (issue 24 item 12)."""
+    from veracity.models.cache import request_key
+
+    request = GenerationRequest.chat(HELLO, n=2, temperature=1.0)
+    plain = OpenAIEngine("m", base_url="http://127.0.0.1:9/v1")
+    sampled = OpenAIEngine("m", base_url="http://127.0.0.1:9/v1", send_generation_config=True)
+    assert request_key(plain, request) != request_key(sampled, request)
+    assert plain.model_id == "openai:http://127.0.0.1:9/v1#m"  # unchanged: existing caches still replay
+    with pytest.raises(ValueError, match="server kind"):
+        OpenAIEngine("m", server="nonsense")

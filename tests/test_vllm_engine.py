@@ -25,6 +25,10 @@ class FakeSampling:
     logprobs: int | None
     structured_outputs: Any = None
 
+    def __post_init__(self) -> None:  # what vLLM's own SamplingParams refuses
+        if self.temperature == 0 and self.n > 1:
+            raise ValueError("n must be 1 when using greedy sampling")
+
 
 @dataclass
 class RecordingLLM:
@@ -126,13 +130,29 @@ def test_without_vllm_the_engine_says_how_to_get_it(tiny_lm_dir: Path) -> None:
         pytest.skip("vLLM is installed here")
 
 
-def test_json_schema_becomes_structured_outputs(tiny_lm_dir: Path) -> None:
+def test_constraints_become_structured_outputs(tiny_lm_dir: Path) -> None:
     llm = RecordingLLM()
     engine = VLLMEngine(str(tiny_lm_dir), llm=llm, sampling_params=FakeSampling,
-                        structured=lambda schema: {"structured_outputs": ("json", schema)})
+                        structured=lambda kind, spec: {"structured_outputs": (kind, spec)})
     schema = '{"properties": {"label": {"type": "string"}}, "type": "object"}'
-    engine.generate([GenerationRequest.chat([{"role": "user", "content": "q"}], json_schema=schema),
-                     GenerationRequest.chat([{"role": "user", "content": "q"}])])
+    q = [{"role": "user", "content": "q"}]
+    engine.generate([GenerationRequest.chat(q, json_schema=schema), GenerationRequest.chat(q),
+                     GenerationRequest.chat(q, regex="[0-9]"), GenerationRequest.chat(q, choice=("yes", "no"))])
     (_, _, params), = llm.calls
-    assert params[0].structured_outputs == ("json", {"properties": {"label": {"type": "string"}}, "type": "object"})
-    assert params[1].structured_outputs is None
+    assert [p.structured_outputs for p in params] == [("json_schema", schema), None, ("regex", "[0-9]"),
+                                                      ("choice", '["yes", "no"]')]
+
+
+def test_greedy_requests_with_n_candidates_ask_vllm_once(tiny_lm_dir: Path) -> None:
+    """vLLM refuses greedy n > 1: the engine asks for one answer and repeats it, as the transformers engine does;
+    a sampled request keeps its n."""
+    llm = RecordingLLM()
+    engine = _engine(tiny_lm_dir, llm)
+    q = [{"role": "user", "content": "q"}]
+    greedy, sampled = engine.generate([GenerationRequest.chat(q, n=3),
+                                       GenerationRequest.chat(q, n=3, temperature=0.7)])
+    (_, _, params), = llm.calls
+    assert [p.n for p in params] == [1, 3]
+    assert greedy.ok and [c.text for c in greedy.candidates] == ["q|t=0.0|k=0"] * 3
+    assert greedy.candidates[0] is not greedy.candidates[1]
+    assert [c.text for c in sampled.candidates] == [f"q|t=0.7|k={k}" for k in range(3)]
