@@ -22,23 +22,16 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from veracity.data_prep.errors import DataError, ErrorPolicy
+from veracity.io import json_error_message, parse_jsonl
 
 Row = dict[str, Any]
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _LINE_END_BYTES = re.compile(rb"\r\n|\r|\n")
-
-
-def _json_error(err: json.JSONDecodeError, column: int | None = None) -> str:
-    """``malformed JSON (Expecting value at column 7)``; json's messages that end in "at" (``Unterminated string
-    starting at``) take the column directly instead of reading "at at column"."""
-    where = f"column {err.colno if column is None else column}"
-    joint = " " if err.msg.endswith(" at") else " at "
-    return f"malformed JSON ({err.msg}{joint}{where})"
 
 
 def _cause(error: OSError) -> str:
@@ -80,39 +73,17 @@ def open_input(path: Path):  # noqa: ANN201 - a binary file object
         raise DataError(path, None, _cause(error)) from None
 
 
-def _split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Lines without their endings from LF-split chunks, also cut at a lone CR (a CR byte is never part of a
-    multi-byte UTF-8 character, and a JSON line cannot hold a raw one inside a string)."""
-    for chunk in chunks:
-        body = chunk[:-1] if chunk.endswith(b"\n") else chunk
-        yield from body.removesuffix(b"\r").split(b"\r")
-
-
-def _decode_line(path: Path, number: int, raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        bad = raw[err.start : err.start + 1]
-        raise DataError(path, number, f"not valid UTF-8 (byte {err.start}: {bad!r})") from None
-
-
 def read_jsonl(path: str | Path, policy: ErrorPolicy | None = None) -> Iterator[tuple[int, Row]]:
-    """Yield ``(line, object)`` for each non-blank line of a JSONL file."""
+    """Yield ``(line, object)`` for each non-blank line of a JSONL file, parsed by the project's one JSONL parser
+    (:func:`veracity.io.parse_jsonl`: lines end at LF or CR only, never inside a record at U+2028, U+2029 or
+    U+0085); a bad line is a DataError naming file and line, skipped under a permissive policy."""
     path, policy = Path(path), policy or ErrorPolicy()
     with open_input(path) as handle:
-        for number, raw in enumerate(_split_lines(handle), start=1):
-            try:
-                text = _decode_line(path, number, raw.removeprefix(codecs.BOM_UTF8) if number == 1 else raw)
-                if not text.strip():
-                    continue
-                try:
-                    row = json.loads(text)
-                except json.JSONDecodeError as err:
-                    raise DataError(path, number, _json_error(err)) from None
-                if not isinstance(row, dict):
-                    raise DataError(path, number, f"expected a JSON object, got {type(row).__name__}")
-            except DataError as error:
-                policy.handle(error)
+        for number, row, problem in parse_jsonl(handle):
+            if problem is None and not isinstance(row, dict):
+                problem = f"expected a JSON object, got {type(row).__name__}"
+            if problem is not None:
+                policy.handle(DataError(path, number, problem))
                 continue
             yield number, row
 
@@ -142,7 +113,7 @@ def read_json_array(path: str | Path, policy: ErrorPolicy | None = None) -> Iter
         except json.JSONDecodeError as err:
             # The rest of the array cannot be located reliably after a syntax error: always fatal.
             line = line_at(err.pos)
-            raise DataError(path, line, _json_error(err, err.pos - line_starts[line - 1] + 1)) from None
+            raise DataError(path, line, json_error_message(err, err.pos - line_starts[line - 1] + 1)) from None
         if isinstance(row, dict):
             yield line_at(pos), row
         else:

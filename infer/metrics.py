@@ -77,10 +77,16 @@ def binary_brier(confidence: Sequence[float], correct: Sequence[bool]) -> float:
 
 
 def risk_coverage(confidence: Sequence[float], correct: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
-    """Selective risk at every coverage: answer the k most confident examples (k = 1..n, ties in input order).
+    """The risk–coverage curve: one point per distinct confidence ``t``, from high to low, for answering every
+    example with confidence ≥ ``t``.
+
+    Examples that tie on confidence are answered together (a threshold cannot separate them), so a tie group is
+    one step of the curve, never split in input order: the curve, and :func:`aurc`, do not depend on the order of
+    the records. Without ties there is one point per example (k = 1..n).
 
     Returns:
-        ``coverage[k-1] = k / n`` and ``risk[k-1]`` = error rate among those k.
+        ``coverage[j]`` = share of examples with confidence ≥ the j-th highest distinct confidence, and
+        ``risk[j]`` = the error rate among them.
     """
     p, y = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
     if len(p) == 0:
@@ -88,13 +94,21 @@ def risk_coverage(confidence: Sequence[float], correct: Sequence[bool]) -> tuple
     order = np.argsort(-p, kind="stable")
     errors = np.cumsum(1.0 - y[order])
     k = np.arange(1, len(p) + 1)
-    return k / len(p), errors / k
+    sorted_p = p[order]
+    last = np.r_[sorted_p[1:] != sorted_p[:-1], True]  # the last position of each tie group
+    return k[last] / len(p), errors[last] / k[last]
 
 
 def aurc(confidence: Sequence[float], correct: Sequence[bool]) -> float:
-    """Area under the risk–coverage curve: the mean selective risk over the n coverage levels (lower is better)."""
-    _, risk = risk_coverage(confidence, correct)
-    return float(risk.mean()) if len(risk) else 0.0
+    """Area under the risk–coverage step curve (lower is better): Σ over distinct confidences ``t`` (high to low)
+    of (share of examples with confidence exactly ``t``) × (selective risk answering every example with
+    confidence ≥ ``t``). Without ties this is the mean selective risk over the n coverage levels k / n; a tie group
+    is one step, so the value does not depend on record order."""
+    coverage, risk = risk_coverage(confidence, correct)
+    if not len(risk):
+        return 0.0
+    width = np.diff(np.r_[0.0, coverage])
+    return float(np.sum(width * risk))
 
 
 def selective_metrics(answered: Sequence[bool], correct: Sequence[bool]) -> dict[str, float | None]:

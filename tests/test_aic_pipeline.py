@@ -165,8 +165,11 @@ class CountingEncoder:
 
     fingerprint = "counting-v1"
 
-    def __init__(self) -> None:
+    def __init__(self, max_length: int = 512, doc_prefix: str = "") -> None:
+        from veracity.infer.retrieval.dense import EncoderSpec
+
         self.calls = 0
+        self.spec = EncoderSpec(model="counting", doc_prefix=doc_prefix, max_length=max_length)
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
         self.calls += 1
@@ -191,6 +194,35 @@ def test_index_cache_is_faiss_plus_json_and_rebuilds_on_change(tmp_path: Path) -
     ClaimIndexCache(tmp_path, type("E", (CountingEncoder,), {"fingerprint": "other"})(), 2048).get("dev/1",
                                                                                                   "store-v2", make)
     assert cache.built == 2
+
+
+def test_index_cache_key_holds_everything_that_changes_a_vector(tmp_path: Path, tiny_encoder_dir: Path) -> None:
+    """Two runs sharing --index_cache at other embed_max_length (or document prefix) never share chunk vectors."""
+    from veracity.infer.pipelines.aic.pipeline import AICPipeline
+    from veracity.infer.pipelines.aic.store import chunk_documents
+
+    make = lambda: chunk_documents([StoreDocument("u", ("aab.", "cd."))], 4)  # noqa: E731
+    long, short, prefixed = CountingEncoder(512), CountingEncoder(128), CountingEncoder(512, doc_prefix="passage: ")
+    ClaimIndexCache(tmp_path, long, 2048).get("1", "store-v1", make)
+    ClaimIndexCache(tmp_path, long, 2048).get("1", "store-v1", make)
+    assert long.calls == 1  # same settings: reused
+    ClaimIndexCache(tmp_path, short, 2048).get("1", "store-v1", make)
+    assert short.calls == 1  # only the input length differs: embedded again
+    ClaimIndexCache(tmp_path, prefixed, 2048).get("1", "store-v1", make)
+    assert prefixed.calls == 1
+    # the same through the pipeline's settings: two AIC configs that differ only in embed_max_length
+    build_proxy_store(CLAIMS, ["dev-0"], tmp_path / "store", distractors=1, store_id=lambda i: i.split("-")[1])
+    store = KnowledgeStore(tmp_path / "store")
+    keys = []
+    for max_length in (128, 64):
+        config = AICConfig(embedder=str(tiny_encoder_dir), embed_max_length=max_length, few_shot=0, k=4, sources=2,
+                           index_cache=str(tmp_path / "shared_cache"), output_dir=str(tmp_path / f"run{max_length}"))
+        pipeline = AICPipeline(config, EngineConfig(), store, [], engine=ScriptedEngine({}))
+        keys.append(pipeline.indexes._meta(store.fingerprint("0")))
+        pipeline.indexes.get("0", store.fingerprint("0"), lambda: chunk_documents(store.documents("0"), 2048))
+        assert (pipeline.indexes.built, pipeline.indexes.reused) == (1, 0)
+    assert keys[0] != keys[1] and {k: v for k, v in keys[0].items() if k != "max_length"} == \
+        {k: v for k, v in keys[1].items() if k != "max_length"}
 
 
 def test_few_shot_by_bm25_never_the_claim_itself() -> None:
@@ -419,6 +451,7 @@ def test_infer_aic_command_end_to_end_on_tiny_models(data_root: Path, tmp_path: 
     assert summary["store"]["claims_without_gold_evidence"] == 1  # dev-2 has no QA: not in gold.json
     metrics = json.loads((out / "eval" / "metrics.json").read_text())
     assert metrics["n"] == 1 and metrics["n_missing_predictions"] == 1 and metrics["old_averitec_score"] == 0.0
+    assert metrics["n_errors"] == 1 and metrics["label_accuracy"] == 0.0  # the failed claim: counted, and wrong
     # a store that does not exist: one line naming it, exit code 2
     with pytest.raises(SystemExit) as exit_info:
         cli.main([*args, "--knowledge_store", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "r2")])
@@ -429,3 +462,116 @@ def test_infer_aic_command_end_to_end_on_tiny_models(data_root: Path, tmp_path: 
         cli.main([*args[:-4], "--max_new_tokens", "9", *args[-4:]])
     assert exit_info.value.code == 2 and "max_new_tokens: 8 → 9" in capsys.readouterr().err
     assert (out / "records.jsonl").read_text() == records
+
+
+# --- the output step: every character of web text, and only this run's records ------------------------------------
+
+
+class AnswerAll(ScriptedEngine):
+    """Answers every claim with the same parsable verdict."""
+
+    def __init__(self, label: str = "Refuted"):
+        super().__init__({})
+        self.label = label
+
+    def generate(self, requests):  # noqa: ANN001, ANN201
+        return [GenerationResult([Candidate(answer_json(self.label), "stop")]) for _ in requests]
+
+
+@pytest.fixture(scope="module")
+def prepared_averitec(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from veracity.data_prep.prepare import PrepConfig, prepare
+
+    prepared = tmp_path_factory.mktemp("prep_aic")
+    prepare(PrepConfig(data_root=str(data_root), output_dir=str(prepared), datasets=["averitec"]))
+    return prepared
+
+
+def _aic_cli(prepared: Path, encoder: Path, out: Path, *extra: str) -> list[str]:
+    return ["infer", "aic", "--config", "configs/pipelines/aic_embedded.yaml", "--prepared_dir", str(prepared),
+            "--embedder", str(encoder), "--answer_prefix", "", "--cache", "", "--evaluate", "false",
+            "--output_dir", str(out), "--progress", "false", *extra]
+
+
+@pytest.fixture()
+def scripted_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[AnswerAll]:
+    """``veracity infer aic`` with the generator replaced by :class:`AnswerAll` (everything else real)."""
+    import veracity.models.engine as engine_module
+
+    made: list[AnswerAll] = []
+
+    def make(config: EngineConfig) -> AnswerAll:
+        made.append(AnswerAll())
+        return made[-1]
+
+    monkeypatch.setattr(engine_module, "make_engine", make)
+    monkeypatch.setenv("VERACITY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    return made
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_infer_aic_writes_its_outputs_when_a_source_holds_a_unicode_line_separator(
+        prepared_averitec: Path, tiny_encoder_dir: Path, tmp_path: Path, scripted_cli: list[AnswerAll],
+        separator: str) -> None:
+    from veracity import cli
+
+    store = tmp_path / "store"
+    store.mkdir()
+    for claim_id in ("0", "2"):  # the prepared dev claims (dev-1 has an empty claim text)
+        (store / f"{claim_id}.json").write_text(json.dumps(
+            {"url": "https://web.example/a", "url2text": [f"A web page{separator}with a raw separator.", "Second."]},
+            ensure_ascii=False) + "\n", encoding="utf-8")
+    out = tmp_path / "run"
+    assert cli.main(_aic_cli(prepared_averitec, tiny_encoder_dir, out, "--knowledge_store", str(store))) == 0
+    assert separator in (out / "records.jsonl").read_text(encoding="utf-8")  # kept raw by the batch writer
+    predictions = json.loads((out / "predictions.json").read_text(encoding="utf-8"))
+    assert [p["claim_id"] for p in predictions] == ["0", "2"]
+    assert all(separator in p["evidence"][0]["scraped_text"] for p in predictions)
+    rows = list(csv.DictReader(io.StringIO((out / "submission.csv").read_text(encoding="utf-8"), newline="")))
+    assert [(r["id"], r["label"]) for r in rows] == [("0", "Refuted"), ("2", "Refuted")]
+
+
+def _stale_record(claim_id: str, label: str) -> dict:
+    """An answered AIC batch record as an older run would have left it."""
+    source = {"url": "https://stale.example", "text": "Stale text.", "context_before": "", "context_after": ""}
+    return {"id": claim_id, "status": "ok", "seconds": 0.1, "result": {
+        "id": claim_id, "claim": "stale claim", "status": "answered", "label": label, "failure": None,
+        "sources": [source], "n_chunks": 1, "own_sources": 0, "attempts": [],
+        "seconds": {"index": 0.0, "retrieval": 0.0, "few_shot": 0.0, "generation": 0.0},
+        "answer": {"questions": [{"question": "Stale?", "answer": "Yes.", "source": 1, "url": source["url"],
+                                  "answer_type": "Boolean"}]}}}
+
+
+def test_infer_aic_outputs_read_only_the_records_of_this_runs_layout(
+        prepared_averitec: Path, tiny_encoder_dir: Path, tmp_path: Path, scripted_cli: list[AnswerAll],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from veracity import cli
+
+    out = tmp_path / "run"
+    out.mkdir()
+    # an older sharded run left its files (their names sort after records.jsonl), and claim 9 is not in this run
+    stale = [_stale_record("0", "Supported"), _stale_record("9", "Supported")]
+    (out / "records.shard-0-of-2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stale))
+    assert cli.main(_aic_cli(prepared_averitec, tiny_encoder_dir, out)) == 0
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert [(p["claim_id"], p["pred_label"]) for p in predictions] == [("0", "Refuted"), ("2", "Refuted")]
+    rows = list(csv.DictReader(io.StringIO((out / "submission.csv").read_text(), newline="")))
+    assert [(r["id"], r["label"]) for r in rows] == [("0", "Refuted"), ("2", "Refuted")]
+    # and a sharded run never reads the unsharded records.jsonl: stale answers there stay out of its outputs
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (sharded / "records.jsonl").write_text(json.dumps(_stale_record("0", "Supported")) + "\n")
+    for shard in ("0/2", "1/2"):  # claims "0" and "2" both hash to shard 0
+        assert cli.main(_aic_cli(prepared_averitec, tiny_encoder_dir, sharded, "--shard", shard)) == 0
+    predictions = json.loads((sharded / "predictions.json").read_text())
+    assert [(p["claim_id"], p["pred_label"]) for p in predictions] == [("0", "Refuted"), ("2", "Refuted")]
+    # the resume check covers every file the outputs read: shard 1 under other settings, while shard 0's records
+    # were made under these, is refused before anything is written
+    shard0 = (sharded / "records.shard-0-of-2.jsonl").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(_aic_cli(prepared_averitec, tiny_encoder_dir, sharded, "--shard", "1/2", "--max_new_tokens", "9"))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "records.shard-0-of-2.jsonl" in err and "max_new_tokens: 256 → 9" in err
+    assert (sharded / "records.shard-0-of-2.jsonl").read_text() == shard0

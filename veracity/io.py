@@ -78,12 +78,72 @@ def write_json(path: str | Path, obj: Any) -> None:
         handle.write("\n")
 
 
+class JSONLError(ValueError):
+    """A JSONL line that is not a record; ``str()`` reads ``file:line: message``."""
+
+    def __init__(self, path: str | Path, line: int, message: str):
+        self.path, self.line, self.message = str(path), line, message
+        super().__init__(f"{path}:{line}: {message}")
+
+
+def json_error_message(error: json.JSONDecodeError, column: int | None = None) -> str:
+    """``malformed JSON (Expecting value at column 7)``; json's messages that end in "at" (``Unterminated string
+    starting at``) take the column directly instead of reading "at at column"."""
+    where = f"column {error.colno if column is None else column}"
+    joint = " " if error.msg.endswith(" at") else " at "
+    return f"malformed JSON ({error.msg}{joint}{where})"
+
+
+def jsonl_lines(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """``(line number, raw line without its ending)`` of a binary JSONL stream (a file opened ``"rb"``).
+
+    Lines end at LF (CRLF: the CR is dropped) and at a lone CR (old Mac files): JSON cannot hold a raw CR or LF
+    inside a string, so neither cuts a record. Nothing else ends a line — not U+2028, U+2029 or U+0085, which a
+    JSON string may hold raw (``json.dumps(..., ensure_ascii=False)`` keeps them) and which ``str.splitlines()``
+    would cut a record at. A UTF-8 byte order mark at the start of the stream is dropped.
+    """
+    number = 0
+    for chunk in handle:  # a binary file iterates at LF only
+        body = chunk[:-1] if chunk.endswith(b"\n") else chunk
+        if number == 0:
+            body = body.removeprefix(b"\xef\xbb\xbf")
+        for piece in body.removesuffix(b"\r").split(b"\r"):
+            number += 1
+            yield number, piece
+
+
+def parse_jsonl(handle: Iterable[bytes]) -> Iterator[tuple[int, Any, str | None]]:
+    """Every non-blank line of a binary JSONL stream as ``(line, value, None)``, or ``(line, None, problem)`` for
+    a line that is not UTF-8 or not JSON, so that a caller may report it or skip it and go on. The project's one
+    JSONL parser: :func:`read_jsonl` and ``data_prep.readers.read_jsonl`` both read through it."""
+    for number, raw in jsonl_lines(handle):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            yield number, None, f"not valid UTF-8 (byte {error.start}: {raw[error.start : error.start + 1]!r})"
+            continue
+        if not text.strip():
+            continue
+        try:
+            yield number, json.loads(text), None
+        except json.JSONDecodeError as error:
+            yield number, None, json_error_message(error)
+
+
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Read JSONL written by :func:`write_jsonl` (our own outputs; raw inputs go through data_prep.readers)."""
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
+    """The records (JSON objects) of a JSONL file, one per non-blank line (lines split as :func:`jsonl_lines`
+    says: a record holding U+2028, U+2029 or U+0085 stays whole).
+
+    Raises:
+        JSONLError: a line that is not UTF-8, not JSON or not an object, naming ``path:line``.
+    """
+    with open(path, "rb") as handle:
+        for number, value, problem in parse_jsonl(handle):
+            if problem is None and not isinstance(value, dict):
+                problem = f"expected a JSON object, got {type(value).__name__}"
+            if problem is not None:
+                raise JSONLError(path, number, problem)
+            yield value
 
 
 def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:

@@ -7,7 +7,10 @@ Inputs are FEVER-8 leaderboard CSVs (``id,claim,evi,label,split``) or AVeriTeC J
 ``questions: [{question, answers: [{answer, answer_type, boolean_explanation}]}]`` layout (flattened as FEVER-8's
 ``prepare_leaderboard_submission.py`` does: one pair per answer, a Boolean answer followed by ". " and its
 explanation). A JSON record without an id gets its position, as FEVER-8 numbers dev claims.
-Rows are joined on the claim id; a gold claim without a prediction scores 0 and counts as wrong.
+Rows are joined on the claim id; a gold claim without a prediction scores 0 and counts as wrong. That is how an
+error is counted here, as by every scorer of the project (``veracity eval r2vc`` too): ``veracity infer aic``
+writes no row for a claim that failed or raised, so it is a wrong answer, and ``n_errors`` (the same count as
+``n_missing_predictions``, under the name every scorer uses) shows how many there were.
 ``--ev2r true`` adds the Ev²R score (``ev2r_*`` keys) with an LLM judge: the judge is the engine options
 (``--engine --model …``, as ``veracity infer generate``), the prompt ``--ev2r_prompt``; see
 ``veracity.infer.pipelines.aic.ev2r``.
@@ -186,6 +189,7 @@ def evaluate(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimRecord],
                                   prediction.label if prediction else None,
                                   prediction.pairs if prediction else [], threshold=threshold))
     metrics = aggregate(claims)
+    metrics["n_errors"] = metrics["n_missing_predictions"]  # no row: a failed claim, scored 0 and counted wrong
     metrics["old_averitec_threshold"] = threshold
     metrics["n_predictions_not_in_gold"] = len(set(predictions) - set(gold))
     return metrics, claims

@@ -16,6 +16,8 @@ parser (``infer/pipelines/uts/citations.py``):
   reference has no entailment and no M4 (left out of those means).
 - **citation recall** — each cite sentence ``s`` (a sentence with strict citations; its URLs ``U`` the union of
   them) is judged once: is ``s`` without its citations supported by the concatenated evidence texts of ``U``?
+  (The LLM judge of ``infer/pipelines/uts/judge.py``, held to answering ``yes`` or ``no`` unless ``--constrained
+  false``.)
   ``recall = (# supported cite sentences) / (# cite sentences + # malformed citations)``.
 - **citation precision** — a citation ``(s, u)`` is precise when ``s`` is supported and, if ``s`` cites more than one
   URL, ``u`` is needed: ``u``'s text alone supports ``s``, or the other URLs' texts without ``u`` do not (ALCE's
@@ -32,6 +34,11 @@ over items with a reference); ``m4`` is the mean of the four corpus means. Write
 entailment, citation_recall, citation_precision, coverage, n``), ``per_item.jsonl`` (every sub-metric, the cite
 sentences with their verdicts, malformed citations), ``details.json`` (counts, which judge and verifier scored)
 and ``run_config.yaml``. An item without an article is scored as an empty article (counted).
+
+Errors follow the project's one rule (an error is a wrong answer, and its count is shown): ``veracity infer uts``
+writes no article for an item whose drafting raised, so that item is scored as an empty article — 0 entailment,
+citation recall and precision (coverage is 1 only for an item without evidence URLs) — and counted in ``n``; the
+count is ``missing_articles`` in ``details.json`` (``metrics.json`` keeps exactly the six keys above).
 """
 
 from __future__ import annotations
@@ -75,8 +82,12 @@ class M4Config:
         "help": "llm: the engine answers yes/no (the paper's judge); nli: the NLI verifier's P(entailment) >= "
                 "judge_nli_threshold is a yes (a proxy, not the paper's scorer)."})
     judge_nli_threshold: float = 0.5
-    judge_max_new_tokens: int = 4
+    judge_max_new_tokens: int | None = field(default=None, metadata={
+        "help": "New tokens of a judge answer; none: enough for yes/no when constrained (7), else 4."})
     judge_max_evidence_chars: int = 4000
+    constrained: bool = field(default=True, metadata={
+        "help": "Constrain decoding to the answer's format where the engine can (the LLM judge: yes or no); the "
+                "parser stays the final check. false: the model answers freely."})
 
     def __post_init__(self) -> None:
         if self.judge not in ("llm", "nli"):
@@ -283,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     write_run_config(out, config, engine_config, job="eval m4")
     verifier = NLIVerifier(config.nli_model, config.nli_batch_size)
     engine = make_engine(engine_config) if config.judge == "llm" else None
-    judge: Any = (Judge(engine, config.judge_prompt, config.judge_max_new_tokens, config.judge_max_evidence_chars)
+    judge: Any = (Judge(engine, config.judge_prompt, config.judge_max_new_tokens, config.judge_max_evidence_chars,
+                        constrained=config.constrained)
                   if engine is not None else NLIJudge(verifier, config.judge_nli_threshold,
                                                       config.judge_max_evidence_chars))
     try:
@@ -294,7 +306,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     metrics = corpus_metrics(rows)
     known = {i.id for i in items}
     details = {
-        "judge": judge.name, "judge_answers": judge.stats.to_dict(), "nli_verifier": str(verifier.folder),
+        "judge": judge.name, "judge_answers": judge.stats.to_dict(),
+        "judge_constraint": getattr(judge, "constraint", None), "nli_verifier": str(verifier.folder),
         "missing_articles": sum(not r["has_article"] for r in rows),
         "articles_without_item": sum(a not in known for a in articles),
         "items_with_reference": sum(r["entailment"] is not None for r in rows),

@@ -11,6 +11,15 @@ labels present in gold; ``brier`` / ``ece`` score the calibrated confidence that
 right, ``ece_uncalibrated`` / ``brier_uncalibrated`` the same for the uncalibrated confidence (the chosen
 candidate's s_ver clipped to [0, 1]); ``coverage`` is the share answered and ``selective_accuracy`` the accuracy
 over the answered claims; ``aurc`` the area under the risk–coverage curve of the calibrated confidence.
+
+Errors (the one rule of every scorer here, as ``veracity eval averitec`` counts a claim without a prediction): a
+claim whose record is an error (the pipeline raised on it) is a wrong answer. It is in ``n``, wrong in
+``accuracy``, ``macro_f1`` (a miss of its gold label), ``label_accuracy_before_abstention`` and the confusion
+table (column "(none)"), and an answered, wrong claim in ``coverage`` / ``selective_accuracy`` /
+``selective_risk``; it has no confidence, so ``brier``, ``ece`` and ``aurc`` are over the other ``n − n_errors``
+claims. ``n_errors`` counts those errors (``outcomes`` lists them as ``error``); ``errors`` counts every error
+record, also those without a gold label (an unlabelled claim, or a record written before error records carried
+their gold), which are left out of the metrics and counted in ``unlabelled``.
 """
 
 from __future__ import annotations
@@ -61,32 +70,48 @@ def load_records(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str,
     return records, errors
 
 
-def evaluate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Metrics of records that carry a gold label (pure: reads only the records)."""
+def evaluate(records: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Metrics of the claims that carry a gold label (pure: reads only the records). ``errors`` are the error
+    records (``load_records``): each one with a gold label counts as a wrong answer (module docstring)."""
     scored = [r for r in records if r.get("gold")]
-    gold = [r["gold"] for r in scored]
-    prediction = [r["prediction"] for r in scored]
+    failed = [e for e in errors if e.get("gold")]
+    gold = [r["gold"] for r in scored] + [e["gold"] for e in failed]
+    prediction = [r["prediction"] for r in scored] + [None] * len(failed)
     label_right = [r["label"] == r["gold"] for r in scored]
     confidence = [float(r["confidence"]) for r in scored]
     uncalibrated = [float(r["confidence_uncalibrated"]) for r in scored]
     labels = [lab for lab in TERNARY_LABELS if lab in set(gold)]
+    with_confidence = bool(scored)  # no claim with a confidence: the calibration numbers are undefined, not 0
+
+    def calibration(value: float) -> float | None:
+        return value if with_confidence else None
+
+    outcomes = Counter(r["outcome"] for r in scored)
+    if failed:
+        outcomes["error"] = len(failed)
     metrics: dict[str, Any] = {
-        "n": len(scored), "unlabelled": len(records) - len(scored),
+        "n": len(gold), "n_errors": len(failed),
+        "unlabelled": len(records) - len(scored) + len(errors) - len(failed),
         "accuracy": accuracy(gold, prediction), "macro_f1": macro_f1(gold, prediction, labels),
-        "brier": binary_brier(confidence, label_right), "ece": expected_calibration_error(confidence, label_right),
-        "brier_uncalibrated": binary_brier(uncalibrated, label_right),
-        "ece_uncalibrated": expected_calibration_error(uncalibrated, label_right),
-        "label_accuracy_before_abstention": accuracy(gold, [r["label"] for r in scored]),
-        **selective_metrics([not r["abstained"] for r in scored], label_right),
-        "aurc": aurc(confidence, label_right), "aurc_uncalibrated": aurc(uncalibrated, label_right),
-        "outcomes": dict(sorted(Counter(r["outcome"] for r in scored).items())),
+        "brier": calibration(binary_brier(confidence, label_right)),
+        "ece": calibration(expected_calibration_error(confidence, label_right)),
+        "brier_uncalibrated": calibration(binary_brier(uncalibrated, label_right)),
+        "ece_uncalibrated": calibration(expected_calibration_error(uncalibrated, label_right)),
+        "label_accuracy_before_abstention": accuracy(gold, [r["label"] for r in scored] + [None] * len(failed)),
+        **selective_metrics([not r["abstained"] for r in scored] + [True] * len(failed),
+                            label_right + [False] * len(failed)),
+        "aurc": calibration(aurc(confidence, label_right)),
+        "aurc_uncalibrated": calibration(aurc(uncalibrated, label_right)),
+        "outcomes": dict(sorted(outcomes.items())),
         "confusion": confusion(gold, prediction, list(TERNARY_LABELS)),
         "parse_failure_rate": _parse_failure_rate(scored),
     }
-    sources = sorted({r.get("source", "") for r in scored})
+    sources = sorted({r.get("source", "") for r in scored} | {e.get("source", "") for e in failed})
     if len(sources) > 1:
-        metrics["by_source"] = {s: {k: v for k, v in evaluate([r for r in scored if r.get("source") == s]).items()
-                                    if k not in ("confusion", "by_source")} for s in sources}
+        metrics["by_source"] = {
+            s: {k: v for k, v in evaluate([r for r in scored if r.get("source", "") == s],
+                                          [e for e in failed if e.get("source", "") == s]).items()
+                if k not in ("confusion", "by_source")} for s in sources}
     return metrics
 
 
@@ -130,7 +155,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     out = Path(args.output_dir)
-    metrics = {**evaluate(records), "errors": len(errors)} if records else {"n": 0, "errors": len(errors)}
+    metrics = {**evaluate(records, errors), "errors": len(errors)} if records or errors else \
+        {"n": 0, "n_errors": 0, "errors": 0}
+    if len(errors) > metrics["n_errors"]:
+        print(f"warning: {len(errors) - metrics['n_errors']} error records carry no gold label: not scored "
+              "(counted in unlabelled)", file=sys.stderr)
     rows = [{"id": r["id"], "gold": r.get("gold"), "prediction": r["prediction"], "abstained": r["abstained"],
              "confidence": r["confidence"], **r} for r in records]
     write_jsonl(out / "predictions.jsonl", rows)
@@ -141,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         calibrated = [r["confidence"] for r in scored]
         raw = [r["confidence_uncalibrated"] for r in scored]
         (out / "report.md").write_text(report_markdown(metrics, f"R2VC — {args.predictions}"), encoding="utf-8")
-        if args.plots:
+        if args.plots and scored:
             risk_coverage_plot({"calibrated": risk_coverage(calibrated, right),
                                 "uncalibrated (s_ver)": risk_coverage(raw, right)}, out / "risk_coverage.png")
             reliability_diagram({"calibrated": (calibrated, right), "uncalibrated (s_ver)": (raw, right)},

@@ -6,6 +6,13 @@ The CheckThat definition (the organisers' notebook): per post, 1 / rank of the g
 predictions, else 0, averaged over the gold posts; a post the submission lacks scores 0. Where a post has several
 gold ids (the built Climate-FEVER task), the first of them in the ranking counts. Writes ``O/metrics.json`` with
 exactly ``mrr@5``, ``hit@1``, ``hit@5`` and ``n`` (the posts scored).
+
+Errors follow the project's one rule (an error is a wrong answer, and its count is shown): a post the submission
+lacks is the only error that can reach this scorer (``veracity infer sciclaim`` ranks every post or stops; an LLM
+answer that does not parse keeps its RRF slot, counted in ``summary.json``: a ranking, not an error). It scores 0
+in every metric and the count is logged ("N of M gold posts have no prediction"); ``metrics.json`` keeps the
+CheckThat keys only, so no ``n_errors`` key. ``--only_submitted true`` (a run on a subset of the posts) leaves the
+unsubmitted posts out instead: they were never asked, not failed.
 """
 
 from __future__ import annotations

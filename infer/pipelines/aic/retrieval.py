@@ -3,8 +3,9 @@ few-shot examples by BM25 over the train claims.
 
 The cache folder of a claim holds ``index.faiss`` (``faiss.write_index``: a plain binary format, no code) and
 ``chunks.json`` (the chunks with their metadata, plus what the index was built from: the store file's
-fingerprint, the encoder's fingerprint and the chunk size). Anything that differs rebuilds the index; nothing
-is ever unpickled (the public AIC code loads LangChain stores through pickle).
+fingerprint, the chunk size, and what changes a vector: the encoder's fingerprint, document prefix and input
+length). Anything that differs rebuilds the index; nothing is ever unpickled (the public AIC code loads LangChain
+stores through pickle).
 """
 
 from __future__ import annotations
@@ -53,14 +54,23 @@ def select_sources(query: np.ndarray, index: Any, chunks: Sequence[Chunk], k: in
 
 
 class ClaimIndexCache:
-    """Per-claim FAISS exact indexes under ``root/<claim_id>/``, rebuilt when their inputs change."""
+    """Per-claim FAISS exact indexes under ``root/<claim_id>/``, rebuilt when their inputs change.
+
+    ``encoder``: a ``DenseEncoder`` (or anything with its ``fingerprint``, ``spec.doc_prefix``, ``spec.max_length``
+    and ``encode_documents``)."""
 
     def __init__(self, root: str | Path, encoder: Any, max_chars: int):
         self.root, self.encoder, self.max_chars = Path(root), encoder, max_chars
         self.built = self.reused = 0
 
     def _meta(self, store_fingerprint: str) -> dict[str, Any]:
+        """What the cached vectors depend on: the claim's documents, the chunking, and everything that changes a
+        chunk's vector — the encoder's weights (fingerprint), the prefix put before each chunk and the input length
+        it is cut at (as ``infer/retrieval/index.py`` checks a built index). A run at another ``embed_max_length``
+        must not read chunk vectors encoded at this one."""
+        spec = self.encoder.spec
         return {"store": store_fingerprint, "encoder": self.encoder.fingerprint, "max_chars": self.max_chars,
+                "doc_prefix": spec.doc_prefix, "max_length": spec.max_length,
                 "index": "faiss.IndexFlatIP over L2-normalized chunk-text embeddings"}
 
     def load(self, claim_id: str, store_fingerprint: str) -> tuple[list[Chunk], Any] | None:

@@ -10,6 +10,10 @@ Writes ``records.jsonl`` (one record per claim, resumable; sharded: ``records.sh
 ``predictions.json`` (AVeriTeC JSON), ``submission.csv`` (FEVER-8 ``id,claim,evi,label,split``), ``gold.json``
 (the same claims' gold in the official layout), ``failures.jsonl``, ``summary.json`` (seconds per claim per stage)
 and ``run_config.yaml``; unsharded runs end with ``veracity eval averitec`` into ``<output_dir>/eval``.
+The output files come from this run's own records only: ``records.jsonl`` unsharded, every
+``records.shard-j-of-n.jsonl`` of an i/n layout (the shards of one run), and only of the claims it runs; a file of
+another layout left in the folder is never read, and a resume is refused when any file of the layout was made
+under another config.
 A claim whose answer never parses is a failure: it has no row in the outputs, so the scorer counts it wrong.
 """
 
@@ -75,14 +79,30 @@ def gold_record(claim: Any) -> dict[str, Any]:
     return {"claim_id": store_claim_id(claim.id), "claim": claim.claim, "label": claim.label, "questions": questions}
 
 
-def read_records(out: Path) -> list[dict[str, Any]]:
-    """The ok records of every records*.jsonl in ``out``, the last one per id, in claim-id order."""
+def records_name(shard: tuple[int, int]) -> str:
+    """The batch output of one shard: ``records.jsonl`` unsharded, ``records.shard-i-of-n.jsonl`` for shard i/n."""
+    i, n = shard
+    return "records.jsonl" if n == 1 else f"records.shard-{i}-of-{n}.jsonl"
+
+
+def layout_files(out: Path, shard: tuple[int, int]) -> list[Path]:
+    """The batch outputs a run owns: ``records.jsonl`` unsharded; the n files of an i/n layout (its shards are
+    one run together). Records of another layout left in the folder (an older sharded or unsharded run) are not
+    this run's and are never read."""
+    n = shard[1]
+    return [out / records_name((i, n)) for i in range(n)]
+
+
+def read_records(out: Path, shard: tuple[int, int], ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The records of claims ``ids`` in the files of this run's layout (``infer.batch.latest_records``: the last
+    record of an id wins), in claim-id order."""
+    from veracity.infer.batch import latest_records
+
+    wanted = set(ids)
     latest: dict[str, dict[str, Any]] = {}
-    for path in sorted(out.glob("records*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                latest[str(row["id"])] = row
+    for path in layout_files(out, shard):
+        if path.is_file():
+            latest.update((r["id"], r) for r in latest_records(path, what="an AIC record") if r["id"] in wanted)
     return sorted(latest.values(), key=lambda r: (int(r["id"]) if str(r["id"]).isdigit() else sys.maxsize, r["id"]))
 
 
@@ -138,17 +158,20 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
     from veracity.infer.pipelines.aic.store import KnowledgeStore, build_proxy_store
     from veracity.io import write_json
     from veracity.models.engine import make_engine
-    from veracity.rundir import RunConfigMismatchError, write_run_config
+    from veracity.rundir import RunConfigMismatchError, check_resume, to_plain, write_run_config
 
     shard = parse_shard(config.shard)
     out = Path(config.output_dir)
     engine = None
     try:
         pool, targets, train = load_claims(config)
-        name = "records.jsonl" if shard[1] == 1 else f"records.shard-{shard[0]}-of-{shard[1]}.jsonl"
+        name = records_name(shard)
         engine = make_engine(engine_config)
-        write_run_config(out, config, engine_config, job="infer aic", resumes=out / name,
-                         models={"generator": engine.identity})
+        models = {"generator": engine.identity}
+        for sibling in layout_files(out, shard):  # the outputs read every shard of the layout: so does the check
+            if sibling.name != name:
+                check_resume(out / "run_config.yaml", sibling, [to_plain(config), to_plain(engine_config)], models)
+        write_run_config(out, config, engine_config, job="infer aic", resumes=out / name, models=models)
         store_report: dict[str, Any] = {"knowledge_store": config.knowledge_store}
         if config.knowledge_store is None:
             store_dir = out / ("store" if config.proxy_own_documents else "store_distractors_only")
@@ -174,7 +197,7 @@ def run(config: AICConfig, engine_config: EngineConfig) -> dict[str, Any]:
                             progress=config.progress)
     finally:
         pipeline.close()
-    records = read_records(out)
+    records = read_records(out, shard, [item["id"] for item in items])
     counts = write_outputs(out, records)
     report = {**summary.to_dict(), **counts, "store": store_report, "retrieval": retrieval_stats(records),
               "seconds_per_claim": seconds_per_claim(records),

@@ -1,0 +1,100 @@
+"""`veracity eval r2vc` on hand-made records, every value computed by hand: abstentions count as NOT ENOUGH INFO,
+and an error record counts as a wrong answer and is counted (issue #24, item 15)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from veracity.infer.eval.r2vc import evaluate
+
+S, R, N = "SUPPORTS", "REFUTES", "NOT ENOUGH INFO"
+
+
+def record(claim_id: str, gold: str | None, label: str, abstained: bool, confidence: float, raw: float,
+           source: str = "a") -> dict:
+    """A claim record as the pipeline writes it: an abstention's prediction is NOT ENOUGH INFO, its label kept."""
+    return {"id": claim_id, "gold": gold, "label": label, "prediction": N if abstained else label,
+            "abstained": abstained, "confidence": confidence, "confidence_uncalibrated": raw,
+            "outcome": "abstained_cal" if abstained else "answered", "source": source, "candidates": []}
+
+
+RECORDS = [
+    record("1", S, S, False, 0.9, 0.8),  # answered, right
+    record("2", R, S, True, 0.3, 0.6),  # abstained: prediction NEI, gold REFUTES → wrong
+    record("3", N, R, True, 0.2, 0.4),  # abstained: prediction NEI = gold → right (its label REFUTES is not)
+    record("4", R, R, False, 0.8, 0.7),  # answered, right
+    record("5", N, S, False, 0.7, 0.5),  # answered, wrong
+]
+ERROR = {"id": "6", "status": "error", "error": "RuntimeError: boom", "gold": S, "source": "a"}
+
+
+def test_abstentions_count_as_not_enough_info_by_hand() -> None:
+    from sklearn.metrics import f1_score
+
+    metrics = evaluate(RECORDS)
+    assert metrics["n"] == 5 and metrics["unlabelled"] == 0
+    # predictions S, NEI, NEI, R, S against gold S, R, NEI, R, NEI: claims 1, 3, 4 right
+    assert metrics["accuracy"] == pytest.approx(3 / 5)
+    # per label F1 = 2tp / (2tp + fp + fn): S (tp 1, fp 1, fn 0) 2/3; R (1, 0, 1) 2/3; NEI (1, 1, 1) 1/2
+    assert metrics["macro_f1"] == pytest.approx((2 / 3 + 2 / 3 + 1 / 2) / 3)
+    gold, pred = [r["gold"] for r in RECORDS], [r["prediction"] for r in RECORDS]
+    assert metrics["macro_f1"] == pytest.approx(f1_score(gold, pred, labels=[S, R, N], average="macro"))
+    # with the labels instead (abstention ignored) it would be S, S, R, R, S: only claims 1 and 4 right
+    assert metrics["label_accuracy_before_abstention"] == pytest.approx(2 / 5)
+    assert metrics["confusion"][N] == {S: 1, R: 0, N: 1, "(none)": 0}
+    assert metrics["confusion"][R] == {S: 0, R: 1, N: 1, "(none)": 0}
+    # answered: 1, 4, 5; their labels right, right, wrong
+    assert (metrics["coverage"], metrics["answered"]) == (pytest.approx(3 / 5), 3)
+    assert metrics["selective_accuracy"] == pytest.approx(2 / 3)
+    # the label right: T F F T F at confidences .9 .3 .2 .8 .7 → Brier (.01 + .09 + .04 + .04 + .49) / 5
+    assert metrics["brier"] == pytest.approx(0.67 / 5)
+    # sorted .9 T, .8 T, .7 F, .3 F, .2 F: risks 0, 0, 1/3, 2/4, 3/5
+    assert metrics["aurc"] == pytest.approx((0 + 0 + 1 / 3 + 2 / 4 + 3 / 5) / 5)
+    assert metrics["outcomes"] == {"abstained_cal": 2, "answered": 3}
+
+
+def test_an_error_record_is_a_wrong_answer_and_is_counted() -> None:
+    from sklearn.metrics import f1_score
+
+    metrics = evaluate(RECORDS, [ERROR, {"id": "7", "status": "error", "error": "x", "gold": None}])
+    assert metrics["n"] == 6 and metrics["n_errors"] == 1
+    assert metrics["unlabelled"] == 1  # the error without a gold label cannot be scored
+    assert metrics["accuracy"] == pytest.approx(3 / 6)
+    # claim 6 (gold S) is a miss of S: S (tp 1, fp 1, fn 1) 1/2; R 2/3; NEI 1/2
+    assert metrics["macro_f1"] == pytest.approx((1 / 2 + 2 / 3 + 1 / 2) / 3)
+    gold = [r["gold"] for r in RECORDS] + [S]
+    pred = [r["prediction"] for r in RECORDS] + ["(none)"]
+    assert metrics["macro_f1"] == pytest.approx(f1_score(gold, pred, labels=[S, R, N], average="macro"))
+    assert metrics["confusion"][S]["(none)"] == 1
+    assert metrics["label_accuracy_before_abstention"] == pytest.approx(2 / 6)
+    # answered and wrong: coverage 4/6, selective accuracy 2/4
+    assert (metrics["coverage"], metrics["selective_accuracy"]) == (pytest.approx(4 / 6), pytest.approx(2 / 4))
+    # no confidence: the calibration numbers stay over the five claims that have one
+    assert metrics["brier"] == pytest.approx(0.67 / 5)
+    assert metrics["outcomes"]["error"] == 1
+
+
+def test_errors_are_counted_per_source() -> None:
+    metrics = evaluate([*RECORDS, record("8", S, S, False, 0.9, 0.9, source="b")], [{**ERROR, "source": "b"}])
+    assert metrics["n_errors"] == 1 and metrics["by_source"]["a"]["n_errors"] == 0
+    assert metrics["by_source"]["b"]["n"] == 2 and metrics["by_source"]["b"]["n_errors"] == 1
+    assert metrics["by_source"]["b"]["accuracy"] == pytest.approx(1 / 2)
+    only_errors = evaluate([], [ERROR])
+    assert only_errors["n"] == 1 and only_errors["accuracy"] == 0.0 and only_errors["brier"] is None
+
+
+def test_eval_r2vc_command_counts_error_records(tmp_path: Path) -> None:
+    from veracity import cli
+
+    path = tmp_path / "records.jsonl"
+    lines = [{"id": r["id"], "status": "ok", "seconds": 0.1, "result": r} for r in RECORDS] + [ERROR]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert cli.main(["eval", "r2vc", "--predictions", str(path), "--output_dir", str(tmp_path / "o"),
+                     "--plots", "false"]) == 0
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert (metrics["n"], metrics["n_errors"], metrics["errors"]) == (6, 1, 1)
+    assert metrics["accuracy"] == pytest.approx(3 / 6)
+    assert "error 1" in (tmp_path / "o" / "report.md").read_text()
