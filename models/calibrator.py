@@ -2,8 +2,8 @@
 
 Stored as inspectable JSON (feature names, coefficients, intercept, the versions that fit it, its metrics and any
 risk-controlled threshold) — never a pickle. Loading checks the file; predicting checks that every feature the
-calibrator was fit on is given, so a calibrator fit with token log-probabilities refuses inputs without them.
-Fitting lives in ``train/calibrator.py``.
+calibrator was fit on is given as a finite number, so a calibrator fit with token log-probabilities refuses inputs
+without them (None, NaN or ±inf are refused, never replaced). Fitting lives in ``train/calibrator.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = "veracity-logistic-calibrator/1"
+# /2: the R2VC features changed meaning (issue 24): label_agreement counts every candidate the decision chooses
+# among, the NLI candidate included, and a missing log-probability is no longer 0.0. A /1 file was fit on the old
+# features, so its weights do not apply to the new ones: it is refused with a request to refit.
+FORMAT = "veracity-logistic-calibrator/2"
+_STALE_FORMATS = {"veracity-logistic-calibrator/1": "label_agreement over generated candidates only"}
 
 
 class CalibratorFeatureError(ValueError):
@@ -49,17 +53,25 @@ class LogisticCalibrator:
         if not all(math.isfinite(c) for c in [*self.coefficients, self.intercept]):
             raise ValueError("calibrator coefficients must be finite numbers")
 
-    def matrix(self, rows: Sequence[Mapping[str, float]]) -> np.ndarray:
-        """Feature rows (dicts) → a matrix in this calibrator's column order; a missing feature is an error."""
+    def matrix(self, rows: Sequence[Mapping[str, float | None]]) -> np.ndarray:
+        """Feature rows (dicts) → a matrix in this calibrator's column order.
+
+        Raises:
+            CalibratorFeatureError: a feature is missing, None or not a finite number in some row.
+        """
         for number, row in enumerate(rows):
             missing = [name for name in self.feature_names if name not in row or row[name] is None]
             if missing:
                 raise CalibratorFeatureError(
                     f"row {number}: the calibrator was fit on {self.feature_names} and needs {missing}; "
                     "fit one without them (e.g. for an engine without token log-probabilities)")
+            odd = [name for name in self.feature_names if not math.isfinite(float(row[name]))]
+            if odd:
+                raise CalibratorFeatureError(f"row {number}: features {odd} are not finite numbers "
+                                             f"({[row[name] for name in odd]})")
         return np.array([[float(row[name]) for name in self.feature_names] for row in rows], dtype=float)
 
-    def predict_proba(self, rows: Sequence[Mapping[str, float]] | np.ndarray) -> np.ndarray:
+    def predict_proba(self, rows: Sequence[Mapping[str, float | None]] | np.ndarray) -> np.ndarray:
         """P(correct) per row; rows are dicts keyed by feature name, or a matrix in :attr:`feature_names` order."""
         x = np.asarray(rows, dtype=float) if isinstance(rows, np.ndarray) else self.matrix(rows)
         if x.size == 0:
@@ -67,6 +79,8 @@ class LogisticCalibrator:
         if x.ndim != 2 or x.shape[1] != len(self.feature_names):
             raise CalibratorFeatureError(f"expected {len(self.feature_names)} columns {self.feature_names}, "
                                          f"got shape {x.shape}")
+        if not np.isfinite(x).all():
+            raise CalibratorFeatureError(f"feature values must be finite numbers; columns {self.feature_names}")
         logits = x @ np.asarray(self.coefficients) + self.intercept
         return 1.0 / (1.0 + np.exp(-logits))
 
@@ -87,6 +101,9 @@ class LogisticCalibrator:
         if not path.is_file():
             raise FileNotFoundError(f"no calibrator at {path}: fit one with `veracity train calibrator`")
         data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") in _STALE_FORMATS:
+            raise ValueError(f"{path}: a calibrator fit on an older definition of the features "
+                             f"({_STALE_FORMATS[data['format']]}); refit it with `veracity train calibrator`")
         if data.get("format") != FORMAT:
             raise ValueError(f"{path}: field 'format' is {data.get('format')!r}, expected {FORMAT!r}")
         try:

@@ -3,7 +3,9 @@
 Loads any 3-way sequence-classification folder (the embedded verifier veracity trains, or
 ``cross-encoder/nli-deberta-v3-large`` at real scale) and feeds it the way it was trained: label order from
 ``id2label``; article titles, ``max_length`` and the truncation side from the ``veracity_*`` keys ``train nli``
-writes into ``config.json``. Inputs are scored in length-sorted batches, each distinct pair once per call.
+writes into ``config.json`` (``veracity_truncation``: ``only_first`` cuts the premise and keeps the claim whole;
+veracity verifiers older than the key were trained that way too; other models get ``longest_first``, the
+tokenizers' default). Inputs are scored in length-sorted batches, each distinct pair once per call.
 
 A premise longer than the token budget is not truncated: it is split into overlapping, sentence-packed windows
 that each fit (tokens are counted, not sentences), every window is scored, and the windows are aggregated —
@@ -18,6 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +30,8 @@ logger = logging.getLogger(__name__)
 # Verifiers trained before train nli recorded its input settings were all trained at 128 tokens, premise side
 # truncated (the three shipped recipes); other models (hub cross-encoders) get their tokenizer's limit.
 LEGACY_VERACITY_MAX_LENGTH = 128
+LEGACY_VERACITY_TRUNCATION = "only_first"
+TRUNCATIONS = ("only_first", "only_second", "longest_first")  # what a tokenizer's `truncation` accepts by name
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
@@ -107,6 +112,11 @@ class NLIVerifier:
                     getattr(config, "max_position_embeddings", 512) or 512, 512)
         self.max_length = int(max_length or getattr(config, "veracity_max_length", 0)
                               or (LEGACY_VERACITY_MAX_LENGTH if ours else limit))
+        self.truncation = str(getattr(config, "veracity_truncation", None)
+                              or (LEGACY_VERACITY_TRUNCATION if ours else "longest_first"))
+        if self.truncation not in TRUNCATIONS:
+            raise ValueError(f"{self.folder}/config.json: field 'veracity_truncation': {self.truncation!r} is not "
+                             f"one of {TRUNCATIONS}")
         self.batch_size, self.device, self.torch = batch_size, device, torch
         self.stats = VerifierStats()
         self._special = self.tokenizer.num_special_tokens_to_add(pair=True)
@@ -158,6 +168,22 @@ class NLIVerifier:
         self.stats.windows += len(windows)
         return windows
 
+    def truncation_for(self, premise: str, hypothesis: str) -> str:
+        """The truncation strategy for one pair: :attr:`truncation`, or ``longest_first`` where the side it keeps
+        whole (the claim, for ``only_first``) does not fit by itself — the tokenizer could not cut the other side
+        far enough, and the claim must be cut too (counted in ``truncated_hypotheses`` by :meth:`windows`)."""
+        kept = {"only_first": hypothesis, "only_second": premise}.get(self.truncation)
+        if kept is None:
+            return self.truncation
+        kept_tokens = len(self.tokenizer(kept, add_special_tokens=False)["input_ids"])
+        return self.truncation if kept_tokens + self._special < self.max_length else "longest_first"
+
+    def encode(self, pairs: Sequence[tuple[str, str]], truncation: str | None = None) -> Any:
+        """Padded model inputs (PyTorch tensors) of (premise, hypothesis) pairs, at most ``max_length`` tokens each,
+        cut the way the verifier was trained (``truncation``, default :attr:`truncation`)."""
+        return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=truncation or self.truncation,
+                              max_length=self.max_length, padding=True, return_tensors="pt")
+
     # --- internals --------------------------------------------------------------------------------------
 
     def _fitting_pieces(self, sentences: list[str], budget: int) -> list[str]:
@@ -175,14 +201,18 @@ class NLIVerifier:
     def _forward(self, inputs: list[tuple[str, str]]) -> np.ndarray:
         if not inputs:
             return np.zeros((0, 3))
+        strategies = [self.truncation_for(p, h) for p, h in inputs]
         lengths = [len(p) + len(h) for p, h in inputs]
-        order = np.argsort(lengths, kind="stable")  # similar lengths together: less padding per batch
+        # One strategy per batch (a tokenizer call takes one); similar lengths together: less padding per batch.
+        order = sorted(range(len(inputs)), key=lambda k: (strategies[k] != self.truncation, lengths[k]))
         out = np.zeros((len(inputs), 3))
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            batch = self.tokenizer([inputs[i][0] for i in idx], [inputs[i][1] for i in idx], truncation=True,
-                                   max_length=self.max_length, padding=True, return_tensors="pt").to(self.device)
+        start = 0
+        while start < len(order):
+            strategy = strategies[order[start]]
+            idx = [k for k in order[start : start + self.batch_size] if strategies[k] == strategy]
+            batch = self.encode([inputs[k] for k in idx], strategy).to(self.device)
             with self.torch.inference_mode():
                 probs = self.model(**batch).logits.float().softmax(-1).cpu().numpy()
             out[idx] = probs[:, self.columns]
+            start += len(idx)
         return out

@@ -71,6 +71,49 @@ def test_a_long_premise_is_windowed_not_truncated(verifier_dirs: dict[str, Path]
     np.testing.assert_allclose(probs[0], expected, atol=1e-6)
 
 
+def test_a_premise_over_the_limit_is_cut_on_the_premise_side_only(verifier_dirs: dict[str, Path], tmp_path: Path,
+                                                                   tiny_encoder_dir: Path) -> None:
+    import torch
+
+    from veracity.models.nli import NLIVerifier
+
+    labels = {0: "entailment", 1: "neutral", 2: "contradiction"}
+    trained = build_tiny_nli(tmp_path / "trained", tiny_encoder_dir, labels, veracity_max_length=40,
+                             veracity_evidence_titles=False, veracity_truncation="only_first")  # as train nli writes
+    verifier = NLIVerifier(str(trained))
+    assert verifier.truncation == "only_first"
+    tok = verifier.tokenizer
+    claim = "The old stone bridge over the wide river near the town is one hundred and twenty metres long."
+    premise = " ".join(f"Fact {i} about the town and its many old buildings." for i in range(8))
+    claim_ids = tok(claim, add_special_tokens=False)["input_ids"]
+    assert 12 < len(claim_ids) < 40 - 3 < len(tok(premise, add_special_tokens=False)["input_ids"])
+    encoded = verifier.encode([(premise, claim)])
+    ids, segments = encoded["input_ids"][0].tolist(), encoded["token_type_ids"][0].tolist()
+    assert len(ids) == verifier.max_length
+    second = [t for t, s in zip(ids, segments, strict=True) if s == 1]
+    assert second == [*claim_ids, tok.sep_token_id]  # the claim whole, the premise cut to what is left
+    # the verifier scores exactly these inputs (longest-first would cut the claim as well: another input)
+    with torch.inference_mode():
+        direct = verifier.model(**encoded).logits.softmax(-1).numpy()[:, verifier.columns]
+    np.testing.assert_allclose(verifier._forward([(premise, claim)]), direct, atol=1e-6)
+    longest = verifier.encode([(premise, claim)], "longest_first")["input_ids"][0].tolist()
+    assert longest != ids
+    # a claim that fills the model alone: only_first cannot make room, so that pair is cut longest-first
+    long_claim = " ".join([claim] * 3)
+    assert verifier.truncation_for(premise, long_claim) == "longest_first"
+    assert verifier._forward([(premise, long_claim), (premise, claim)]).shape == (2, 3)
+    # what the model's config says is used: longest_first where it was trained that way; hub models keep theirs
+    other = build_tiny_nli(tmp_path / "other", tiny_encoder_dir, labels, veracity_max_length=40,
+                           veracity_evidence_titles=False, veracity_truncation="longest_first")
+    assert NLIVerifier(str(other)).encode([(premise, claim)])["input_ids"][0].tolist() == longest
+    assert NLIVerifier(str(verifier_dirs["plain"])).truncation == "only_first"  # ours, before the key existed
+    hub_like = build_tiny_nli(tmp_path / "hub", tiny_encoder_dir, labels)
+    assert NLIVerifier(str(hub_like)).truncation == "longest_first"
+    bad = build_tiny_nli(tmp_path / "bad", tiny_encoder_dir, labels, veracity_truncation="sideways")
+    with pytest.raises(ValueError, match="veracity_truncation"):
+        NLIVerifier(str(bad))
+
+
 def test_each_distinct_pair_is_scored_once(verifier_dirs: dict[str, Path]) -> None:
     from veracity.models.nli import NLIVerifier
 

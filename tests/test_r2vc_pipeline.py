@@ -81,10 +81,13 @@ def test_decide_abstains_on_low_verifier_score_and_uses_the_calibrator() -> None
 
     result = _result(format_answer("SUPPORTS", "Passage 1 says so.", [1]))
     low = decide(ITEM, np.array([[0.3, 0.4, 0.3]] * 2), result, R2VCConfig(), SignalSettings(), None)
-    assert low["abstained"] and "tau_ver" in low["abstain_reason"] and low["label"] == "SUPPORTS"
+    assert low["abstained"] and "tau_ver" in low["abstain_reason"] and low["outcome"] == "abstained"
+    # the candidate's label is kept for inspection; what the claim is answered with is NOT ENOUGH INFO
+    assert (low["label"], low["prediction"]) == ("SUPPORTS", "NOT ENOUGH INFO")
     unsure = LogisticCalibrator(["s_ver"], [0.0], -1.0)  # always p = σ(−1) ≈ 0.27 < τ_cal
     record = decide(ITEM, NLI, result, R2VCConfig(calibrator="c.json"), SignalSettings(), unsure)
-    assert record["abstained"] and "tau_cal" in record["abstain_reason"]
+    assert record["abstained"] and "tau_cal" in record["abstain_reason"] and record["outcome"] == "abstained"
+    assert (record["label"], record["prediction"]) == ("SUPPORTS", "NOT ENOUGH INFO")
     assert record["confidence"] == pytest.approx(1 / (1 + np.e))
 
 

@@ -131,6 +131,33 @@ def test_calibrator_round_trip_and_feature_check(tmp_path: Path) -> None:
         LogisticCalibrator.load(path)
 
 
+def test_a_calibrator_fit_on_the_old_features_is_refused(tmp_path: Path) -> None:
+    from veracity.models.calibrator import LogisticCalibrator
+
+    path = LogisticCalibrator(["s_ver"], [1.0], 0.0).save(tmp_path / "calibrator.json")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": "veracity-logistic-calibrator/1"}))
+    with pytest.raises(ValueError, match="older definition of the features.*refit"):
+        LogisticCalibrator.load(path)
+
+
+def test_folded_weights_predict_as_scikit_learn_does_on_standardised_inputs() -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    from veracity.train.calibrator import fit_logistic
+
+    rng = np.random.default_rng(5)
+    # features far from unit scale (log-probs, s_ver, token counts), so the folded standardisation matters
+    x = np.column_stack([rng.normal(-1.5, 0.4, 300), rng.normal(0.6, 0.1, 300), rng.integers(1, 40, 300)])
+    y = rng.random(300) < 1 / (1 + np.exp(-(3 * (x[:, 0] + 1.5) - 10 * (x[:, 1] - 0.6) + 0.05 * (x[:, 2] - 20))))
+    names = ["mean_logprob", "s_ver", "rationale_tokens"]
+    calibrator = fit_logistic(x, y, names, c=1.0)
+    standardised = (x - x.mean(0)) / x.std(0)
+    reference = LogisticRegression(C=1.0, max_iter=1000).fit(standardised, y).predict_proba(standardised)[:, 1]
+    np.testing.assert_allclose(calibrator.predict_proba(x), reference, rtol=1e-9, atol=1e-12)
+    rows = [dict(zip(names, row, strict=True)) for row in x[:5].tolist()]  # the dict path inference uses
+    np.testing.assert_allclose(calibrator.predict_proba(rows), reference[:5], rtol=1e-9, atol=1e-12)
+
+
 def test_fit_calibrator_lowers_ece_on_miscalibrated_synthetic_records() -> None:
     from veracity.train.calibrator import CalibratorArgs, fit_calibrator
 

@@ -9,6 +9,12 @@ candidate with its signals, features and confidence, the decision and why.
 Defined outcomes: a claim with no evidence is ``no_evidence`` (NOT ENOUGH INFO, abstained, no model call); an
 answer that does not parse stays in the record with its error and takes no part in the decision; when no
 candidate parses (and no NLI candidate competes) the outcome is ``no_parsable_candidate`` (abstained).
+
+A calibrator fit on the generator's mean token log-probability (feature ``mean_logprob``) never scores a generator
+candidate without one (the engine gave none, an empty list or a non-finite value): the claim fails with
+:class:`MissingLogprobError`, which names the engine, and becomes an error record of the batch output
+(``infer/batch.py``; its neighbours in the batch are not re-run). No value is put in its place. Fit a calibrator on
+this engine's output instead (``veracity train calibrator`` leaves the feature out when the engine gives none).
 """
 
 from __future__ import annotations
@@ -27,16 +33,24 @@ from veracity.infer.pipelines.r2vc.config import R2VCConfig
 from veracity.infer.pipelines.r2vc.prompt import parse_r2vc_answer, prompt_messages
 from veracity.infer.pipelines.r2vc.signals import (
     NLI_TO_LABEL,
+    Signals,
     SignalSettings,
     abstain,
     candidate_features,
     candidate_signals,
     claim_signals,
+    usable_logprob,
 )
+from veracity.models.calibrator import CalibratorFeatureError
 from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult
 
 logger = logging.getLogger(__name__)
 Item = dict[str, Any]
+LOGPROB_FEATURE = "mean_logprob"
+
+
+class MissingLogprobError(CalibratorFeatureError):
+    """A calibrator fit on ``mean_logprob`` was asked to score a generator candidate without a log-probability."""
 
 
 def thresholds(config: R2VCConfig, calibrator: Any | None) -> tuple[float | None, float | None]:
@@ -59,22 +73,54 @@ def thresholds(config: R2VCConfig, calibrator: Any | None) -> tuple[float | None
 
 
 def parse_candidates(result: GenerationResult | None, n_passages: int) -> list[dict[str, Any]]:
-    """Generated candidates as records: label, rationale, cited ids and mean log-prob, or the parse error."""
+    """Generated candidates as records: label, rationale, cited ids and mean log-prob, or the parse error.
+
+    ``mean_logprob`` is None where the engine gave no finite log-probability (none, an empty list, or a non-finite
+    value), so every reader of the record (the calibrator's fit included) sees one kind of "missing".
+    """
     if result is None:
         return []
     out = []
     for candidate in result.candidates:
         answer, error = parse_r2vc_answer(candidate.text, num_passages=n_passages)
         out.append({"from": "generator", "text": candidate.text, "finish_reason": candidate.finish_reason,
-                    "mean_logprob": candidate.mean_logprob, "parse_error": error,
+                    "mean_logprob": usable_logprob(candidate.mean_logprob), "parse_error": error,
                     "label": answer.label if answer else None, "rationale": answer.rationale if answer else "",
                     "evidence_ids": list(answer.evidence_ids) if answer else []})
     return out
 
 
+def require_logprobs(item: Item, candidates: Sequence[dict[str, Any]], calibrator: Any, engine: str) -> None:
+    """Refuse to score with a calibrator fit on ``mean_logprob`` a generator candidate that has none.
+
+    Raises:
+        MissingLogprobError: naming the claim, the candidate and the engine.
+    """
+    if LOGPROB_FEATURE not in calibrator.feature_names:
+        return
+    for number, c in enumerate(candidates):
+        if c["from"] == "generator" and c["features"][LOGPROB_FEATURE] is None:
+            raise MissingLogprobError(
+                f"claim {item['id']!r}: candidate {number} from engine {engine} has no finite mean token "
+                f"log-probability, and the calibrator was fit on feature {LOGPROB_FEATURE!r}; use an engine that "
+                "returns log-probabilities, or fit a calibrator on this engine's output (`veracity train "
+                "calibrator` leaves the feature out when the engine gives none)")
+
+
 def decide(item: Item, nli: np.ndarray, result: GenerationResult | None, config: R2VCConfig,
-           settings: SignalSettings, calibrator: Any | None) -> dict[str, Any]:
-    """The output record of one claim from its passage scores and generation result (no model calls)."""
+           settings: SignalSettings, calibrator: Any | None, engine: str = "(not named)") -> dict[str, Any]:
+    """The output record of one claim from its passage scores and generation result (no model calls).
+
+    Every parsed candidate and the NLI candidate (when it competes) form the pool the decision chooses from;
+    ``label_agreement`` is measured over that pool in every recipe. The τ_ver test reads the unrounded s_ver (the
+    record shows it rounded).
+
+    Args:
+        engine: the generator engine's identity (``Engine.identity``), named by the errors.
+
+    Raises:
+        MissingLogprobError: a calibrator fit on ``mean_logprob`` and a generator candidate without one.
+    """
     passages = item["passages"]
     texts = [p["text"] for p in passages]
     s_ent, s_contr, s_cov, y_nli = claim_signals(nli, settings)
@@ -94,12 +140,13 @@ def decide(item: Item, nli: np.ndarray, result: GenerationResult | None, config:
         candidates.append({"from": "nli", "text": "", "finish_reason": None, "mean_logprob": None, "parse_error": None,
                            "label": NLI_TO_LABEL[y_nli], "rationale": "",
                            "evidence_ids": [int(np.argmax(np.asarray(nli)[:, 0])) + 1]})
-    generated_labels = [c["label"] for c in candidates if c["from"] == "generator" and c["label"]]
     usable = [c for c in candidates if c["label"]]
-    for c in usable:
-        signals = candidate_signals(nli, c["label"], c["evidence_ids"], item["claim"], texts, settings)
+    pool_labels = [c["label"] for c in usable]
+    # The unrounded signals, one per usable candidate, for the decision (the record's copy is rounded for display).
+    exact = [candidate_signals(nli, c["label"], c["evidence_ids"], item["claim"], texts, settings) for c in usable]
+    for c, signals in zip(usable, exact, strict=True):
         c["signals"] = signals.to_dict()
-        c["features"] = candidate_features(signals, c["label"], generated_labels, c["evidence_ids"], c["rationale"],
+        c["features"] = candidate_features(signals, c["label"], pool_labels, c["evidence_ids"], c["rationale"],
                                            c["mean_logprob"], from_nli=c["from"] == "nli")
         c["confidence_uncalibrated"] = float(np.clip(signals.s_ver, 0.0, 1.0))
     if not usable:
@@ -110,26 +157,28 @@ def decide(item: Item, nli: np.ndarray, result: GenerationResult | None, config:
         for c in usable:
             c["confidence"] = c["confidence_uncalibrated"] = c["features"]["label_agreement"]
     elif calibrator is not None:
+        require_logprobs(item, usable, calibrator, engine)
         for c, p in zip(usable, calibrator.predict_proba([c["features"] for c in usable]), strict=True):
             c["confidence"] = float(p)
     else:
         for c in usable:
             c["confidence"] = c["confidence_uncalibrated"]
-    best = max(range(len(usable)), key=lambda k: (usable[k]["confidence"], tie_break(usable[k], config)))
+    best = max(range(len(usable)), key=lambda k: (usable[k]["confidence"], tie_break(usable[k], exact[k], config)))
     chosen = usable[best]
     tau_ver, tau_cal = thresholds(config, calibrator) if config.use_verifier else (None, None)
-    reason = abstain(chosen["signals"]["s_ver"], chosen["confidence"], tau_ver, tau_cal)
+    reason = abstain(exact[best].s_ver, chosen["confidence"], tau_ver, tau_cal)
     return {**record, "outcome": "abstained" if reason else "answered", "chosen": candidates.index(chosen),
             "label": chosen["label"], "prediction": NOT_ENOUGH_INFO if reason else chosen["label"],
             "abstained": reason is not None, "abstain_reason": reason, "confidence": chosen["confidence"],
             "confidence_uncalibrated": chosen["confidence_uncalibrated"]}
 
 
-def tie_break(candidate: dict[str, Any], config: R2VCConfig) -> float:
-    """Among equally confident candidates: the verifier's s_ver, or without a verifier in the decision (the
-    generator-only vote) the generator's own mean token log-prob, so that that ablation never reads the verifier."""
+def tie_break(candidate: dict[str, Any], signals: Signals, config: R2VCConfig) -> float:
+    """Among equally confident candidates: the verifier's s_ver (unrounded), or without a verifier in the decision
+    (the generator-only vote) the generator's own mean token log-prob, so that that ablation never reads the
+    verifier."""
     if config.use_verifier:
-        return candidate["signals"]["s_ver"]
+        return signals.s_ver
     logprob = candidate.get("mean_logprob")
     return float("-inf") if logprob is None else float(logprob)
 
@@ -205,7 +254,9 @@ class R2VCPipeline:
 
     # --- one batch --------------------------------------------------------------------------------------
 
-    def __call__(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+    def __call__(self, items: Sequence[Item]) -> list[dict[str, Any] | Exception]:
+        """One output record per item, or the exception of an item whose decision failed (the batch runner
+        writes it as that item's error record; the rest of the batch keeps its generation)."""
         items = [dict(item) for item in items]
         t0 = time.perf_counter()
         self._retrieve(items)
@@ -229,11 +280,16 @@ class R2VCPipeline:
         hypotheses = [item["claim"] for item in items for _ in item["passages"]]
         probabilities = self.verifier.predict(premises, hypotheses)
         t3 = time.perf_counter()
-        records, start = [], 0
+        engine = self.engine.identity if self.engine is not None else "(none: NLI-only)"
+        records: list[dict[str, Any] | Exception] = []
+        start = 0
         for item, result in zip(items, results, strict=True):
             nli = probabilities[start : start + len(item["passages"])].reshape(-1, 3)
             start += len(item["passages"])
-            records.append(decide(item, nli, result, self.config, self.settings, self.calibrator))
+            try:
+                records.append(decide(item, nli, result, self.config, self.settings, self.calibrator, engine))
+            except CalibratorFeatureError as error:  # this claim only: re-running the batch would not change it
+                records.append(error)
         t4 = time.perf_counter()
         for stage, seconds in (("retrieval", t1 - t0), ("generation", t2 - t1), ("verifier", t3 - t2),
                                ("decision", t4 - t3)):

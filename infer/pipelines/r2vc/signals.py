@@ -7,6 +7,7 @@ passage texts. Every threshold and weight comes in through :class:`SignalSetting
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -187,13 +188,44 @@ def feature_names(logprobs: bool, nli_candidate: bool) -> list[str]:
     return names + ([NLI_CANDIDATE_FEATURE] if nli_candidate else [])
 
 
-def candidate_features(signals: Signals, label: str, all_labels: Sequence[str], cited: Sequence[int],
-                       rationale: str, mean_logprob: float | None, from_nli: bool = False) -> dict[str, float]:
-    """One candidate's feature row. ``label_agreement`` is the share of the claim's generated candidates with the
-    same label; a candidate without log-probabilities (the NLI candidate) gets 0 there and ``from_nli`` = 1."""
-    agreement = sum(lab == label for lab in all_labels) / len(all_labels) if all_labels else 0.0
+def usable_logprob(value: float | None) -> float | None:
+    """A mean token log-probability as a feature value: the value when it is a finite number, else None.
+
+    None means "the engine gave none" (missing, empty or not finite). It is never replaced by a number: 0.0 would be
+    the best log-probability there is.
+    """
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def candidate_features(signals: Signals, label: str, pool_labels: Sequence[str], cited: Sequence[int],
+                       rationale: str, mean_logprob: float | None, from_nli: bool = False) -> dict[str, float | None]:
+    """One candidate's feature row.
+
+    Args:
+        signals: the candidate's verifier signals.
+        label: the candidate's label.
+        pool_labels: the labels of every candidate the decision chooses among — each parsed generator candidate
+            and the NLI candidate when it competes — this one included. ``label_agreement`` is the share of them
+            equal to ``label``: one definition for every recipe, so the NLI candidate of the NLI-only ablation
+            (a pool of one) is measured as it would be in the full pipeline with the same pool.
+        cited: the passage ids the candidate cites (1-based).
+        rationale: the candidate's rationale.
+        mean_logprob: the generator's mean token log-probability, None where the engine gave none.
+        from_nli: the candidate is the verifier's own label.
+
+    Returns:
+        Feature name → value. ``mean_logprob`` is None for a generator candidate without a finite log-probability
+        (a calibrator fit on the feature refuses such a row, see ``pipeline.require_logprobs``). The NLI candidate
+        has no log-probability by construction: it gets the constant 0.0 with ``from_nli`` = 1, an indicator
+        coding whose weight absorbs the constant (calibrators with ``mean_logprob`` have ``from_nli`` whenever an
+        NLI candidate competes), not a stand-in for a missing value.
+    """
+    agreement = sum(lab == label for lab in pool_labels) / len(pool_labels) if pool_labels else 0.0
     return {
-        "mean_logprob": float(mean_logprob) if mean_logprob is not None else 0.0,
+        "mean_logprob": 0.0 if from_nli else usable_logprob(mean_logprob),
         "s_ver": signals.s_ver,
         "label_agreement": agreement,
         "passages_used": float(len(set(cited))),
@@ -208,9 +240,22 @@ def candidate_features(signals: Signals, label: str, all_labels: Sequence[str], 
 
 def abstain(s_ver: float, confidence: float, tau_ver: float | None, tau_cal: float | None) -> str | None:
     """The two-stage abstention: a reason (``"s_ver < τ_ver"`` / ``"p < τ_cal"``) or None to answer.
-    A threshold of None is off. The boundaries answer: ``s_ver == τ_ver`` and ``p == τ_cal`` pass."""
+
+    A threshold of None is off. The boundaries answer: ``s_ver == τ_ver`` and ``p == τ_cal`` pass. The values are
+    compared as given (unrounded: 0.5499996 < 0.55 abstains); only the reason's text is rounded, with as many
+    digits as it takes to show the value below its threshold.
+    """
     if tau_ver is not None and s_ver < tau_ver:
-        return f"s_ver {s_ver:.3f} < tau_ver {tau_ver}"
+        return f"s_ver {_shown_below(s_ver, tau_ver)} < tau_ver {tau_ver}"
     if tau_cal is not None and confidence < tau_cal:
-        return f"p {confidence:.3f} < tau_cal {tau_cal}"
+        return f"p {_shown_below(confidence, tau_cal)} < tau_cal {tau_cal}"
     return None
+
+
+def _shown_below(value: float, threshold: float) -> str:
+    """``value`` with three decimals, or more where three would round it up to ``threshold``."""
+    for digits in range(3, 17):
+        text = f"{value:.{digits}f}"
+        if float(text) < threshold:
+            return text
+    return repr(value)
