@@ -35,7 +35,8 @@ from veracity.infer.metrics import (
     expected_calibration_error,
     macro_f1,
 )
-from veracity.infer.pipelines.r2vc.prompt import parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.prompt import answer_schema, parse_r2vc_answer, prompt_messages
+from veracity.infer.structured import schema_text, token_budget
 from veracity.io import write_json, write_jsonl
 from veracity.models.engine import Engine, GenerationRequest
 from veracity.models.nli import NLIVerifier
@@ -52,7 +53,13 @@ class CheckpointEvalArgs:
     max_examples: int | None = field(default=None, metadata={"help": "Cap per source (quick runs)."})
     output_dir: str = field(default="runs/eval_checkpoint", metadata={"help": "Run directory."})
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
-    max_new_tokens: int = 160
+    max_new_tokens: int = field(default=160, metadata={
+        "help": "Generator answer budget when unconstrained (constrained: sized to the longest answer the schema "
+                "allows)."})
+    constrained: bool = field(default=True, metadata={
+        "help": "Constrain the generator's decoding to the answer's JSON schema where the engine can (the parser "
+                "stays the final check)."})
+    rationale_max_chars: int = field(default=200, metadata={"help": "Longest rationale the answer schema allows."})
     nli_batch_size: int = 32
 
     def __post_init__(self) -> None:
@@ -99,9 +106,16 @@ def prediction_row(example: ClaimExample, pred: str | None, **extra: Any) -> dic
             "prediction": pred, "agreement": agreement_group(example), **extra}
 
 
-def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tokens: int) -> Evaluation:
-    requests = [GenerationRequest.chat(prompt_messages(e.claim, [e.evidence_text]), max_new_tokens=max_new_tokens)
-                for e in examples]
+def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tokens: int,
+                       constrained: bool = True, rationale_max_chars: int = 200) -> Evaluation:
+    """The generator's label on each example's gold evidence (one passage). Constrained, the answer follows the
+    R2VC schema and ``max_new_tokens`` is its token budget; a parse failure of an answer cut by the budget is
+    named ``length``."""
+    constraint: dict[str, Any] = {"max_new_tokens": max_new_tokens}
+    if constrained:
+        schema = answer_schema(1, rationale_max_chars)
+        constraint = {"json_schema": schema_text(schema), "max_new_tokens": token_budget(schema)}
+    requests = [GenerationRequest.chat(prompt_messages(e.claim, [e.evidence_text]), **constraint) for e in examples]
     predictions: list[str | None] = []
     rows = []
     failures: Counter[str] = Counter()
@@ -110,6 +124,8 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
         if result.ok:
             text = result.candidates[0].text
             answer, error = parse_r2vc_answer(text, num_passages=1)
+            if error and result.candidates[0].finish_reason == "length":
+                error = f"length: {error}"
         if error:
             failures[error.split(":")[0]] += 1
         predictions.append(answer.label if answer else None)
@@ -162,12 +178,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.rundir import write_run_config
 
     args, engine_config = parse_config(make_parser(), argv)
-    write_run_config(args.output_dir, args, engine_config, job="eval checkpoint")
+    engine = make_engine(engine_config) if args.kind == "generator" else None
+    decoding = engine.decoding(["json_schema"] if args.constrained else []) if engine is not None else None
+    write_run_config(args.output_dir, args, engine_config, job="eval checkpoint", decoding=decoding)
     results: dict[str, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []
-    if args.kind == "generator":
-        engine = make_engine(engine_config)
-        evaluate = partial(evaluate_generator, engine, max_new_tokens=args.max_new_tokens)
+    if engine is not None:
+        evaluate = partial(evaluate_generator, engine, max_new_tokens=args.max_new_tokens,
+                           constrained=args.constrained, rationale_max_chars=args.rationale_max_chars)
     else:
         scorer = NLIVerifier(args.nli_model, args.nli_batch_size)
         evaluate = partial(evaluate_nli, scorer)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from veracity.data_prep.prepare import PrepConfig, prepare
+from veracity.data_prep.schema import TERNARY_LABELS
 from veracity.infer.metrics import (
     accuracy,
     accuracy_by_group,
@@ -82,12 +83,25 @@ def test_generator_eval_counts_parse_failures_as_wrong(prepared_dir: Path) -> No
 
 
 def test_generator_eval_job_with_a_real_engine(prepared_dir: Path, tiny_lm_dir: Path, tmp_path: Path) -> None:
+    import yaml
+    from sklearn.metrics import accuracy_score
+
     from veracity.infer.checkpoint_eval import main
 
+    free = main(["--kind", "generator", "--model", str(tiny_lm_dir), "--prepared_dir", str(prepared_dir),
+                 "--sources", "vitaminc", "--max_new_tokens", "8", "--constrained", "false",
+                 "--output_dir", str(tmp_path / "free")])
+    assert free["vitaminc"]["parse_failure_rate"] == 1.0  # unconstrained, a random tiny model writes no JSON
+    assert yaml.safe_load((tmp_path / "free" / "run_config.yaml").read_text())["decoding"]["constrained"] is False
     results = main(["--kind", "generator", "--model", str(tiny_lm_dir), "--prepared_dir", str(prepared_dir),
-                    "--sources", "vitaminc", "--max_new_tokens", "8", "--output_dir", str(tmp_path)])
-    assert results["vitaminc"]["parse_failure_rate"] == 1.0  # a random tiny model writes no JSON
-    assert "| vitaminc | 7 |" in (tmp_path / "results.md").read_text()
+                    "--sources", "vitaminc", "--rationale_max_chars", "16", "--output_dir", str(tmp_path / "c")])
+    assert results["vitaminc"]["parse_failure_rate"] == 0.0  # constrained to the schema, it always answers
+    rows = [json.loads(line) for line in (tmp_path / "c" / "predictions.jsonl").read_text().splitlines()]
+    assert all(r["prediction"] in TERNARY_LABELS and r["error"] is None for r in rows)
+    assert results["vitaminc"]["accuracy"] == pytest.approx(
+        accuracy_score([r["gold"] for r in rows], [r["prediction"] for r in rows]))
+    assert yaml.safe_load((tmp_path / "c" / "run_config.yaml").read_text())["decoding"]["constrained"] is True
+    assert "| vitaminc | 7 |" in (tmp_path / "c" / "results.md").read_text()
 
 
 @pytest.fixture(scope="module")
