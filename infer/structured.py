@@ -3,7 +3,8 @@
 A pipeline's LLM answer is constrained to a JSON schema (or a regex, or a choice) by the engine; its strict parser
 stays the final check. An answer cut by ``max_new_tokens`` is still a failure, so every schema bounds its strings and
 arrays (``maxLength``, ``maxItems``) and the pipelines ask for :func:`token_budget` new tokens: the longest answer
-the schema allows, written compactly (``", "`` and ``": "`` separators, as the engines' grammars write it).
+the schema allows, in bytes (a token is at least one byte), written compactly (``", "`` and ``": "`` separators, as
+the engines' grammars write it).
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-# Tokens per character assumed for bounded text: byte-level tokenizers spend one token per byte at worst, and most
-# text is ASCII. Non-ASCII text can need more; such an answer ends as a `length` failure, named as one.
-TOKENS_PER_CHAR = 1
+# A token is at least one byte, so the UTF-8 length of the longest answer bounds its tokens: 4 bytes per character
+# of free text (a schema bounds characters), 1 per character of the JSON around it (ASCII). The budget is only a
+# cap: a constrained answer ends when its grammar does, so a generous bound costs nothing.
+BYTES_PER_TEXT_CHAR = 4
 END_TOKENS = 4  # the end-of-turn token and what a chat template may add after the answer
 
 
-def max_answer_chars(schema: dict[str, Any]) -> int:
-    """Characters of the longest compact JSON text ``schema`` admits.
+def max_answer_bytes(schema: dict[str, Any]) -> int:
+    """UTF-8 bytes of the longest compact JSON text ``schema`` admits.
 
     Supports what the pipelines' schemas use: objects with listed properties, arrays with ``maxItems``, strings
     with ``maxLength`` (or an ``enum``/``const``), integers with ``minimum``/``maximum``, booleans, null.
@@ -29,25 +31,25 @@ def max_answer_chars(schema: dict[str, Any]) -> int:
             an integer without both bounds, a number).
     """
     if "enum" in schema:
-        return max(len(json.dumps(v, ensure_ascii=False)) for v in schema["enum"])
+        return max(len(json.dumps(v, ensure_ascii=False).encode()) for v in schema["enum"])
     if "const" in schema:
-        return len(json.dumps(schema["const"], ensure_ascii=False))
+        return len(json.dumps(schema["const"], ensure_ascii=False).encode())
     kind = schema.get("type")
     if kind == "object":
         properties = schema.get("properties", {})
         if schema.get("additionalProperties", True) is not False:
             raise ValueError("an object schema must set additionalProperties: false to be bounded")
-        parts = [len(json.dumps(name)) + 2 + max_answer_chars(sub) for name, sub in properties.items()]
+        parts = [len(json.dumps(name)) + 2 + max_answer_bytes(sub) for name, sub in properties.items()]
         return 2 + sum(parts) + 2 * max(0, len(parts) - 1)
     if kind == "array":
         if "maxItems" not in schema:
             raise ValueError("an array schema needs maxItems to be bounded")
         items = schema["maxItems"]
-        return 2 + items * max_answer_chars(schema["items"]) + 2 * max(0, items - 1)
+        return 2 + items * max_answer_bytes(schema["items"]) + 2 * max(0, items - 1)
     if kind == "string":
         if "maxLength" not in schema:
             raise ValueError("a string schema needs maxLength to be bounded")
-        return 2 + schema["maxLength"]
+        return 2 + BYTES_PER_TEXT_CHAR * schema["maxLength"]
     if kind == "integer":
         if "minimum" not in schema or "maximum" not in schema:
             raise ValueError("an integer schema needs minimum and maximum to be bounded")
@@ -61,12 +63,12 @@ def max_answer_chars(schema: dict[str, Any]) -> int:
 
 def token_budget(schema: dict[str, Any]) -> int:
     """``max_new_tokens`` that lets the longest answer ``schema`` admits end by itself."""
-    return TOKENS_PER_CHAR * max_answer_chars(schema) + END_TOKENS
+    return max_answer_bytes(schema) + END_TOKENS
 
 
 def choice_budget(choices: Sequence[str]) -> int:
     """``max_new_tokens`` for a choice among strings."""
-    return TOKENS_PER_CHAR * max(len(c) for c in choices) + END_TOKENS
+    return max(len(c.encode()) for c in choices) + END_TOKENS
 
 
 def schema_text(schema: dict[str, Any]) -> str:

@@ -44,6 +44,8 @@ class LogisticCalibrator:
     versions: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     risk_control: dict[str, Any] = field(default_factory=dict)  # {target_risk, delta, tau_cal, ...} when chosen
+    # How the log-probabilities it was fit on were defined (engine.LOGPROB_DEFINITION); None: fit without them.
+    logprob_definition: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.feature_names) != len(self.coefficients):
@@ -52,6 +54,19 @@ class LogisticCalibrator:
             raise ValueError(f"duplicate feature names in {self.feature_names}")
         if not all(math.isfinite(c) for c in [*self.coefficients, self.intercept]):
             raise ValueError("calibrator coefficients must be finite numbers")
+
+    def check_logprob_definition(self, definition: str | None, engine: str) -> None:
+        """Refuse log-probabilities made under another definition than the ones this calibrator was fit on (an
+        engine that computes them another way, or does not say how): the feature would mean something else.
+
+        Raises:
+            CalibratorFeatureError: naming both definitions and the engine.
+        """
+        if "mean_logprob" in self.feature_names and definition != self.logprob_definition:
+            raise CalibratorFeatureError(
+                f"the calibrator was fit on log-probabilities defined as {self.logprob_definition!r}, but engine "
+                f"{engine} gives {definition!r}: refit it with `veracity train calibrator` on this engine, or use "
+                "a calibrator without the mean_logprob feature")
 
     def matrix(self, rows: Sequence[Mapping[str, float | None]]) -> np.ndarray:
         """Feature rows (dicts) → a matrix in this calibrator's column order.

@@ -7,13 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
+from sklearn.metrics import accuracy_score, f1_score
 
 from veracity.data_prep.prepare import PrepConfig, prepare
+from veracity.data_prep.schema import TERNARY_LABELS
 from veracity.infer.pipelines.r2vc.config import R2VCConfig
 from veracity.infer.pipelines.r2vc.pipeline import decide
 from veracity.infer.pipelines.r2vc.prompt import format_answer
 from veracity.infer.pipelines.r2vc.signals import SignalSettings
-from veracity.models.engine import Candidate, GenerationResult
+from veracity.models.engine import LOGPROB_DEFINITION, Candidate, GenerationResult
 
 RECORD_KEYS = {"id", "source", "claim", "gold", "passages", "nli", "claim_signals", "generation_error", "candidates",
                "outcome", "chosen", "label", "prediction", "abstained", "abstain_reason", "confidence",
@@ -98,7 +101,7 @@ def test_pipeline_run_on_tiny_models(prepared_dir: Path, tiny_lm_dir: Path, tiny
     out = tmp_path / "run"
     argv = ["--prepared_dir", str(prepared_dir), "--sources", "fever_symmetric", "vitaminc", "--split", "dev",
             "--max_examples", "3", "--model", str(tiny_lm_dir), "--nli_model", str(tiny_verifier),
-            "--n_candidates", "2", "--max_new_tokens", "6", "--nli_candidate", "true", "--output_dir", str(out),
+            "--n_candidates", "2", "--rationale_max_chars", "12", "--nli_candidate", "true", "--output_dir", str(out),
             "--progress", "false", "--cache", str(tmp_path / "cache.sqlite")]
     report = main(argv)
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
@@ -106,16 +109,23 @@ def test_pipeline_run_on_tiny_models(prepared_dir: Path, tiny_lm_dir: Path, tiny
     for row in records:
         record = row["result"]
         assert RECORD_KEYS <= set(record)
-        assert len(record["candidates"]) == 3  # 2 sampled (a random tiny model writes no JSON) + the NLI one
+        assert len(record["candidates"]) == 3  # 2 sampled (constrained: each a parsed answer) + the NLI one
+        assert all(c["label"] in TERNARY_LABELS and c["parse_error"] is None for c in record["candidates"][:2])
         assert record["candidates"][-1]["from"] == "nli" and record["passages"]
         assert np.allclose(np.sum(record["nli"], axis=1), 1.0)
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("n", "accuracy", "macro_f1", "brier", "ece", "ece_uncalibrated", "coverage", "selective_accuracy",
                 "aurc"):
         assert key in metrics
-    assert metrics["n"] == 6 and metrics["parse_failure_rate"] == 1.0
+    assert metrics["n"] == 6 and metrics["parse_failure_rate"] == 0.0  # constrained, the tiny model always answers
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert all({"id", "gold", "prediction", "abstained", "confidence"} <= set(r) for r in rows)
+    gold, predicted = [r["gold"] for r in rows], [r["prediction"] for r in rows]
+    assert metrics["accuracy"] == pytest.approx(accuracy_score(gold, predicted))
+    assert metrics["macro_f1"] == pytest.approx(f1_score(gold, predicted, labels=list(TERNARY_LABELS),
+                                                         average="macro", zero_division=0))
+    decoding = yaml.safe_load((out / "run_config.yaml").read_text())["decoding"]
+    assert decoding["constrained"] is True and decoding["logprob_definition"] == LOGPROB_DEFINITION
     assert (out / "risk_coverage.png").stat().st_size > 1000 and (out / "reliability.png").stat().st_size > 1000
     assert "accuracy" in (out / "report.md").read_text()
     assert set(report["seconds_per_stage"]) == {"retrieval", "generation", "verifier", "decision"}

@@ -30,7 +30,7 @@ import numpy as np
 
 from veracity.data_prep.schema import NOT_ENOUGH_INFO
 from veracity.infer.pipelines.r2vc.config import R2VCConfig
-from veracity.infer.pipelines.r2vc.prompt import parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.prompt import answer_schema, parse_r2vc_answer, prompt_messages
 from veracity.infer.pipelines.r2vc.signals import (
     NLI_TO_LABEL,
     Signals,
@@ -41,6 +41,7 @@ from veracity.infer.pipelines.r2vc.signals import (
     claim_signals,
     usable_logprob,
 )
+from veracity.infer.structured import schema_text, token_budget
 from veracity.models.calibrator import CalibratorFeatureError
 from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult
 
@@ -83,6 +84,8 @@ def parse_candidates(result: GenerationResult | None, n_passages: int) -> list[d
     out = []
     for candidate in result.candidates:
         answer, error = parse_r2vc_answer(candidate.text, num_passages=n_passages)
+        if error and candidate.finish_reason == "length":  # cut by the budget: named as such
+            error = f"length: {error}"
         out.append({"from": "generator", "text": candidate.text, "finish_reason": candidate.finish_reason,
                     "mean_logprob": usable_logprob(candidate.mean_logprob), "parse_error": error,
                     "label": answer.label if answer else None, "rationale": answer.rationale if answer else "",
@@ -202,6 +205,8 @@ class R2VCPipeline:
 
             self.calibrator = LogisticCalibrator.load(config.calibrator)
         thresholds(config, self.calibrator)  # a risk_control run without a chosen τ_cal fails before any work
+        if self.calibrator is not None and self.engine is not None:  # before any work, not claim by claim
+            self.calibrator.check_logprob_definition(self.decoding()["logprob_definition"], self.engine.identity)
         self._searchers: dict[str, Any] = {}
         self.seconds: dict[str, float] = defaultdict(float)
 
@@ -217,6 +222,20 @@ class R2VCPipeline:
             path = calibrator_file(self.config.calibrator)
             ids["calibrator"] = f"{path}#{sha256_file(path)[:16]}"
         return ids
+
+    def decoding(self) -> dict[str, Any] | None:
+        """How the generator decodes (``Engine.decoding`` for this recipe's constraint): for the run record."""
+        if self.engine is None:
+            return None
+        return self.engine.decoding(["json_schema"] if self.config.constrained else [])
+
+    def answer_constraint(self, n_passages: int) -> dict[str, Any]:
+        """The generation request's constraint and budget for a claim with ``n_passages`` passages: the answer
+        schema and the token budget of its longest answer, or the configured budget when unconstrained."""
+        if not self.config.constrained:
+            return {"max_new_tokens": self.config.max_new_tokens}
+        schema = answer_schema(n_passages, self.config.rationale_max_chars)
+        return {"json_schema": schema_text(schema), "max_new_tokens": token_budget(schema)}
 
     # --- evidence ---------------------------------------------------------------------------------------
 
@@ -270,7 +289,7 @@ class R2VCPipeline:
             requests = [GenerationRequest.chat(
                 prompt_messages(items[k]["claim"], [p["text"] for p in items[k]["passages"]]),
                 n=self.config.n_candidates, temperature=self.config.temperature, top_p=self.config.top_p,
-                max_new_tokens=self.config.max_new_tokens, seed=self.config.seed) for k in asked]
+                seed=self.config.seed, **self.answer_constraint(len(items[k]["passages"]))) for k in asked]
             for k, result in zip(asked, self.engine.generate(requests) if requests else [], strict=True):
                 results[k] = result
         t2 = time.perf_counter()

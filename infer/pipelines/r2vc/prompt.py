@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from veracity.data_prep.schema import NOT_ENOUGH_INFO, REFUTES, SUPPORTS, TERNARY_LABELS, to_ternary
 from veracity.infer.parsing import parse_json_answer
@@ -28,6 +29,23 @@ SYSTEM_PROMPT = (
 )
 ANSWER_KEYS = ("label", "rationale", "evidence_ids")
 ANSWER_SCHEMA: dict[str, type] = {"label": str, "rationale": str, "evidence_ids": list}
+
+
+def answer_schema(num_passages: int, rationale_max_chars: int) -> dict[str, Any]:
+    """The answer's JSON schema (what the engine constrains decoding to; :func:`parse_r2vc_answer` stays the final
+    check): the label enum, a rationale of at most ``rationale_max_chars`` characters, and up to ``num_passages``
+    passage ids in 1..num_passages. Bounded throughout, so the longest answer fits ``structured.token_budget``."""
+    return {
+        "type": "object",
+        "properties": {
+            "label": {"enum": list(TERNARY_LABELS)},
+            "rationale": {"type": "string", "maxLength": rationale_max_chars},
+            "evidence_ids": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": num_passages},
+                             "maxItems": num_passages},
+        },
+        "required": list(ANSWER_KEYS),
+        "additionalProperties": False,
+    }
 
 
 def quote_passage(text: str) -> str:
