@@ -9,6 +9,7 @@ from veracity.infer.retrieval.dense import E5_INSTRUCT_QUERY_PREFIX
 from veracity.infer.retrieval.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K
 
 RERANKERS = ("llm", "cross_encoder", "none")
+UNCONSTRAINED_MAX_NEW_TOKENS = 8  # a free 0–10 answer: room for "Score: 7" or "**8**"
 
 
 @dataclass
@@ -56,7 +57,12 @@ class SciClaimConfig:
     rerank_bm25_weight: float = field(default=0.0, metadata={"help": "BM25's weight in that sum."})
     cross_encoder: str = field(default="embedded", metadata={"help": "Cross-encoder: 'embedded', 'real', path."})
     cross_encoder_batch_size: int = 32
-    max_new_tokens: int = field(default=8, metadata={"help": "Tokens the LLM may write for its 0–10 answer."})
+    max_new_tokens: int | None = field(default=None, metadata={
+        "help": "Tokens the LLM may write for its 0–10 answer; none: enough for the longest when constrained (6), "
+                "else 8."})
+    constrained: bool = field(default=True, metadata={
+        "help": "Constrain decoding to the answer's format where the engine can (the LLM rerank: an integer 0–10); "
+                "the parser stays the final check. false: the model answers freely."})
     abstract_max_words: int | None = field(default=None, metadata={
         "help": "Shorten abstracts in the LLM prompt to this many words (none: the whole abstract)."})
     # --- ablation -----------------------------------------------------------------------------------------
@@ -66,6 +72,15 @@ class SciClaimConfig:
     ablation_llm_posts: int | None = field(default=None, metadata={
         "help": "Ablation: LLM-rerank only the first N posts (slow models); the other configurations are also "
                 "reported on those N posts beside their full-split rows."})
+
+    @property
+    def rerank_new_tokens(self) -> int:
+        """``max_new_tokens`` of an LLM rerank request."""
+        from veracity.infer.pipelines.sciclaimseekers.prompt import SCORE_MAX_NEW_TOKENS
+
+        if self.max_new_tokens is not None:
+            return self.max_new_tokens
+        return SCORE_MAX_NEW_TOKENS if self.constrained else UNCONSTRAINED_MAX_NEW_TOKENS
 
     @property
     def interpolates(self) -> bool:
@@ -80,6 +95,8 @@ class SciClaimConfig:
         if self.rerank_fusion and self.interpolates:
             raise ValueError("rerank_fusion (RRF with the first stage) and rerank_*_weight (a weighted sum) are two "
                              "ways of combining the reranker with the first stage: choose one")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if not 1 <= self.top_k <= self.fusion_depth <= self.candidates * 2:
             raise ValueError(f"need 1 <= top_k ({self.top_k}) <= fusion_depth ({self.fusion_depth}) <= "
                              f"2 × candidates ({self.candidates})")

@@ -2,8 +2,9 @@
 
 ``SciClaimPipeline(config, engine_config, papers)`` indexes the collection once (or reuses a matching index) and
 loads the reranker it needs. :meth:`first_stage` retrieves for all posts at once; :meth:`llm_rerank` sends the 50
-candidates of a post to the engine in **one batched call** (one request per candidate, Table 1's prompt, greedy)
-and orders them by the parsed 0–10 score (ties by RRF; an unparsable answer keeps its RRF slot and is counted);
+candidates of a post to the engine in **one batched call** (one request per candidate, Table 1's prompt, greedy;
+with ``constrained``, decoding held to the integers 0–10 of ``prompt.SCORE_REGEX``) and orders them by the parsed
+0–10 score (ties by RRF; an unparsable answer keeps its RRF slot and is counted);
 :meth:`cross_encoder_rerank` scores the same candidates with the cross-encoder.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from veracity.infer.pipelines.sciclaimseekers.config import SciClaimConfig
-from veracity.infer.pipelines.sciclaimseekers.prompt import parse_score, rerank_messages
+from veracity.infer.pipelines.sciclaimseekers.prompt import SCORE_REGEX, parse_score, rerank_messages
 from veracity.infer.pipelines.sciclaimseekers.ranking import order_by_llm_scores, order_by_scores
 from veracity.infer.pipelines.sciclaimseekers.task_io import Paper, Post
 from veracity.infer.retrieval.fusion import Hits, reciprocal_rank_fusion
@@ -44,11 +45,13 @@ class RerankStats:
     seconds: float = 0.0
     unparsable: int = 0
     reasons: Counter = field(default_factory=Counter)
+    constraint: dict[str, str] | None = None  # what the requests asked the engine to enforce (LLM rerank)
 
     def to_dict(self) -> dict[str, Any]:
         return {"posts": self.posts, "pairs": self.pairs, "seconds": round(self.seconds, 2),
                 "pairs_per_second": round(self.pairs / self.seconds, 3) if self.seconds else None,
-                "unparsable": self.unparsable, "unparsable_reasons": dict(self.reasons)}
+                "unparsable": self.unparsable, "unparsable_reasons": dict(self.reasons),
+                **({"constraint": self.constraint} if self.constraint else {})}
 
 
 def write_index_corpus(papers: Sequence[Paper], path: Path) -> Path:
@@ -121,9 +124,11 @@ class SciClaimPipeline:
         if self.engine is None:
             raise RuntimeError("the pipeline was built without the LLM reranker")
         c = self.config
+        constraint = {"regex": SCORE_REGEX} if c.constrained else {}
+        self.llm_stats.constraint = constraint or None
         requests = [GenerationRequest.chat(
             rerank_messages(post.text, self.papers[doc].title, self.papers[doc].abstract, c.abstract_max_words),
-            n=1, temperature=0.0, max_new_tokens=c.max_new_tokens, seed=0) for doc, _ in fused]
+            n=1, temperature=0.0, max_new_tokens=c.rerank_new_tokens, seed=0, **constraint) for doc, _ in fused]
         start = time.perf_counter()
         results = self.engine.generate(requests) if requests else []
         self.llm_stats.seconds += time.perf_counter() - start

@@ -4,12 +4,17 @@ the format).
 The prompt text is the paper's, verbatim (``../shared/seeds/004_7d757acd85e59c2e.txt``, Table 1): a system message
 and a user message with ``{post}``, ``{title}`` and ``{abstract}``. The seed text gives the user message on one line,
 so it is kept on one line here.
+
+The answer's format, declared beside its parser: :data:`SCORE_REGEX` admits exactly the integers 0–10 written as the
+prompt asks ("Output ONLY a single integer score from 0 to 10"), which :func:`parse_score` reads as they are; a
+constrained rerank asks for :data:`SCORE_MAX_NEW_TOKENS` new tokens (the longest answer, "10", and the end tokens).
 """
 
 from __future__ import annotations
 
 import re
 
+from veracity.infer.structured import choice_budget
 from veracity.models.engine import Message
 
 SYSTEM_PROMPT = (
@@ -20,6 +25,8 @@ SYSTEM_PROMPT = (
 )
 USER_TEMPLATE = "Social media post: {post} Candidate paper: Title: {title} Abstract: {abstract} Score (0-10):"
 MAX_SCORE = 10
+SCORE_REGEX = r"(10|[0-9])"  # an integer 0–10, no sign, no leading zero, nothing around it
+SCORE_MAX_NEW_TOKENS = choice_budget([str(s) for s in range(MAX_SCORE + 1)])  # what SCORE_REGEX admits
 
 
 def rerank_messages(post: str, title: str, abstract: str, abstract_max_words: int | None = None) -> list[Message]:

@@ -51,8 +51,12 @@ class UTSConfig:
                 "judge_nli_threshold is a yes (a proxy)."})
     judge_nli_model: str = field(default="embedded", metadata={"help": "NLI verifier of judge nli."})
     judge_nli_threshold: float = 0.5
-    judge_max_new_tokens: int = 4
+    judge_max_new_tokens: int | None = field(default=None, metadata={
+        "help": "New tokens of a judge answer; none: enough for yes/no when constrained (7), else 4."})
     judge_max_evidence_chars: int = field(default=4000, metadata={"help": "Evidence text shown to the judge."})
+    constrained: bool = field(default=True, metadata={
+        "help": "Constrain decoding to the answer's format where the engine can (the LLM judge: yes or no); the "
+                "parser stays the final check. false: the model answers freely."})
 
     def __post_init__(self) -> None:
         for frame in [self.frame, *self.frame_by_host.values()]:
@@ -64,4 +68,6 @@ class UTSConfig:
             raise ValueError(f"max_tries must be >= 1, got {self.max_tries}")
         if self.judge not in JUDGES:
             raise ValueError(f"judge must be one of {JUDGES}, got {self.judge!r}")
+        if self.judge_max_new_tokens is not None and self.judge_max_new_tokens < 1:
+            raise ValueError(f"judge_max_new_tokens must be >= 1, got {self.judge_max_new_tokens}")
         check_prompt(self.judge_prompt)

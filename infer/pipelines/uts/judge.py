@@ -1,7 +1,10 @@
 """The yes/no citation judge: is a cite sentence supported by the evidence it cites?
 
 ShadowVal (the drafter) and the M4 scorer ask the same question through the same code: one chat request per
-(statement, evidence) pair, greedy, a few new tokens, the answer read by :func:`parse_verdict`. The prompt is a
+(statement, evidence) pair, greedy, the answer read by :func:`parse_verdict`. With ``constrained`` (the default) the
+engine is held to :data:`VERDICT_CHOICES` — exactly ``yes`` or ``no``, the words the prompt asks for — and given
+:func:`~veracity.infer.structured.choice_budget` new tokens, so the answer ends by itself; the parser stays the final
+check (an engine that cannot enforce the choice still answers freely). The prompt is a
 config value (a template with ``{statement}`` and ``{evidence}``); the engine is any engine of the engine layer
 (``make_engine``), whose response cache (``EngineConfig.cache``) replays a judgement asked before — so a cite
 ShadowVal validated is not judged twice when the scorer runs with the same judge and prompt.
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from veracity.infer.pipelines.uts.text import normalize_space
+from veracity.infer.structured import choice_budget
 from veracity.models.engine import Engine, GenerationRequest
 
 DEFAULT_JUDGE_PROMPT = (
@@ -22,6 +26,10 @@ DEFAULT_JUDGE_PROMPT = (
     "Statement: {statement}\n\n"
     "Is the statement supported by the evidence? Answer yes or no."
 )
+# What a constrained judge may answer: the prompt's own words, lower case, which parse_verdict reads as they are.
+VERDICT_CHOICES = ("yes", "no")
+UNCONSTRAINED_MAX_NEW_TOKENS = 4  # a free answer: room for "Yes." and a little markup before it
+
 # The answer must open with the verdict: a small model often echoes the statement ('The statement "Yes …'), and
 # a yes/no word inside an echo is not an answer.
 _VERDICT = re.compile(r"^[\s\"'*`(\[]*(yes|no)\b", re.IGNORECASE)
@@ -67,12 +75,16 @@ class Verdict:
 
 @dataclass
 class Judge:
-    """Yes/no judgements from an engine. An answer without yes/no, or an engine error, is a no (counted)."""
+    """Yes/no judgements from an engine. An answer without yes/no, or an engine error, is a no (counted).
+
+    ``max_new_tokens`` None: :func:`choice_budget` of :data:`VERDICT_CHOICES` when ``constrained``, else
+    :data:`UNCONSTRAINED_MAX_NEW_TOKENS`."""
 
     engine: Engine
     prompt: str = DEFAULT_JUDGE_PROMPT
-    max_new_tokens: int = 4
+    max_new_tokens: int | None = None
     max_evidence_chars: int = 4000
+    constrained: bool = True
     stats: JudgeStats = field(default_factory=JudgeStats)
 
     def __post_init__(self) -> None:
@@ -82,11 +94,24 @@ class Judge:
     def name(self) -> str:
         return self.engine.identity
 
+    @property
+    def constraint(self) -> dict[str, Any] | None:
+        """What the requests ask the engine to enforce (None: nothing); whether it did is the engine's to say."""
+        return {"choice": list(VERDICT_CHOICES)} if self.constrained else None
+
+    @property
+    def new_tokens(self) -> int:
+        """The ``max_new_tokens`` each request asks for."""
+        if self.max_new_tokens is not None:
+            return self.max_new_tokens
+        return choice_budget(VERDICT_CHOICES) if self.constrained else UNCONSTRAINED_MAX_NEW_TOKENS
+
     def request(self, statement: str, evidence: str) -> GenerationRequest:
         evidence = normalize_space(evidence)[: self.max_evidence_chars]
         content = self.prompt.format(statement=normalize_space(statement), evidence=evidence)
-        return GenerationRequest.chat([{"role": "user", "content": content}], max_new_tokens=self.max_new_tokens,
-                                      temperature=0.0, seed=0, logprobs=False)
+        choice = {"choice": VERDICT_CHOICES} if self.constrained else {}
+        return GenerationRequest.chat([{"role": "user", "content": content}], max_new_tokens=self.new_tokens,
+                                      temperature=0.0, seed=0, logprobs=False, **choice)
 
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
         """One verdict per (statement, evidence) pair; identical pairs are asked once."""

@@ -69,7 +69,7 @@ class UTSPipeline:
 
             self.engine = make_engine(engine_config)
             self.judge = Judge(self.engine, config.judge_prompt, config.judge_max_new_tokens,
-                               config.judge_max_evidence_chars)
+                               config.judge_max_evidence_chars, constrained=config.constrained)
 
     def __call__(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         items = [schema_item(row, "items", k) for k, row in enumerate(rows, start=1)]
