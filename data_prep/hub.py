@@ -68,14 +68,34 @@ HUB_DATASETS: dict[str, tuple[str | None, HubConverter]] = {
 }
 
 
-def load_hub(ctx: LoadContext, spec: str, wiki_pages: Path | None = None) -> dict[str, list[Record]]:
-    """Load ``name:split`` (e.g. ``tals/vitaminc:train``) from the hub into records."""
+def parse_hub_spec(spec: str) -> tuple[str, str]:
+    """``name:split`` → (name, split); an unknown name or a missing split is a one-line DataError naming the
+    ``--hub`` value (the CLI exits 2 with it, before anything is written)."""
+    from veracity.data_prep.errors import DataError
+
     name, _, split = spec.partition(":")
     if name not in HUB_DATASETS:
-        raise ValueError(f"no converter for hub dataset {name!r}; known: {sorted(HUB_DATASETS)}")
+        raise DataError(f"--hub {spec}", None, f"no converter for hub dataset {name!r}; known: {sorted(HUB_DATASETS)}")
     if not split:
-        raise ValueError(f"hub spec {spec!r} lacks a split (write {name}:train)")
+        raise DataError(f"--hub {spec}", None, f"hub spec {spec!r} lacks a split (write {name}:train)")
+    return name, split
+
+
+def load_hub(ctx: LoadContext, spec: str, wiki_pages: Path | None = None) -> dict[str, list[Record]]:
+    """Load ``name:split`` (e.g. ``tals/vitaminc:train``) from the hub into records.
+
+    Raises:
+        DataError: an unknown dataset, a spec without a split, or a download that failed (named with its cause).
+    """
+    from veracity.data_prep.errors import DataError
+
+    name, split = parse_hub_spec(spec)
     config, converter = HUB_DATASETS[name]
     out = f"hub_{name.replace('/', '_')}_{split}"
-    rows = list(_raw_rows(name, split, _load_dataset(name, config, split)))
+    try:
+        rows = list(_raw_rows(name, split, _load_dataset(name, config, split)))
+    except Exception as error:  # noqa: BLE001 - any failure of the download is the user's to fix (network, split)
+        cause = " ".join(str(error).split())[:300] or type(error).__name__
+        raise DataError(f"hf:{name}[{split}]", None, f"cannot load from the hub ({type(error).__name__}: {cause})"
+                        ) from None
     return {out: converter(ctx, out, split, rows, wiki_pages)}

@@ -50,6 +50,48 @@ def in_shard(item_id: str, shard: tuple[int, int]) -> bool:
     return n == 1 or int(hashlib.sha256(item_id.encode()).hexdigest()[:16], 16) % n == i
 
 
+class IdCheck:
+    """Ids of an input file's rows, checked while it is read (before anything is written): a row without an id,
+    or with one seen before, is a ``DataError`` naming the file and line (and the line it was first on)."""
+
+    def __init__(self, path: str | Path, id_field: str = "id"):
+        self.path, self.id_field = str(path), id_field
+        self.first_line: dict[str, int] = {}
+
+    def check(self, line: int, row: Item) -> str:
+        from veracity.data_prep.errors import DataError
+
+        value = row.get(self.id_field)
+        if value is None or value == "":
+            raise DataError(self.path, line, "missing id", field=self.id_field)
+        item_id = str(value)
+        if item_id in self.first_line:
+            raise DataError(self.path, line, f"duplicate id {item_id!r} (first on line {self.first_line[item_id]})",
+                            field=self.id_field)
+        self.first_line[item_id] = line
+        return item_id
+
+    def require_some(self, what: str = "items") -> None:
+        """An input without a single row is an error too (a run over nothing would report n = 0 as a result)."""
+        if not self.first_line:
+            from veracity.data_prep.errors import DataError
+
+            raise DataError(self.path, None, f"no {what}: the file is empty (one JSON object per line expected)")
+
+
+def checked_rows(path: str | Path, id_field: str = "id") -> list[Item]:
+    """The rows of a JSONL input, each with an id no other row has, at least one; else a one-line DataError."""
+    from veracity.data_prep.readers import read_jsonl
+
+    ids = IdCheck(path, id_field)
+    rows = []
+    for line, row in read_jsonl(path):
+        ids.check(line, row)
+        rows.append(row)
+    ids.require_some()
+    return rows
+
+
 class OutputLockedError(RuntimeError):
     """Another process (or thread) is writing the same batch output."""
 

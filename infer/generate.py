@@ -12,7 +12,8 @@ failure becomes an error record; with ``--parse_json`` every candidate carries `
 ``--json_schema`` constrains decoding to a JSON schema where the engine can (vLLM, OpenAI-compatible servers that
 accept ``response_format``), and the summary reports how many candidates still failed to parse.
 ``--retry_errors`` re-runs exactly the items whose last record is an error (the last record of an id wins). The
-input is read and checked before anything is written; one run at a time may write an output (a lock file).
+input is read and checked before anything is written (a malformed line, a missing or repeated id and an empty file
+are one-line errors naming the file and line); one run at a time may write an output (a lock file).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.infer.batch import output_lock, parse_shard, run_batch
+from veracity.infer.batch import checked_rows, output_lock, parse_shard, run_batch
 from veracity.infer.parsing import extract_json_object
 from veracity.models.engine import Engine, EngineConfig, GenerationRequest, SamplingOptions, SamplingParams
 
@@ -128,7 +129,6 @@ def make_parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.config import parse_config
-    from veracity.data_prep.readers import read_jsonl
     from veracity.io import write_json
     from veracity.models.engine import make_engine
     from veracity.rundir import write_run_config
@@ -137,20 +137,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     shard = parse_shard(args.shard)
     out = Path(args.output_dir)
     name = "predictions.jsonl" if shard[1] == 1 else f"predictions.shard-{shard[0]}-of-{shard[1]}.jsonl"
-    items = [row for _, row in read_jsonl(args.input)]  # a bad line is a DataError before anything is written
+    # a bad line, a missing or repeated id or an empty file is a DataError before anything is written
+    items = checked_rows(args.input, args.id_field)
     schema = load_schema(args.json_schema)
     params = sampling.params(json_schema=schema)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    with output_lock(out / name):  # a refused second run must not overwrite the running one's record either
-        engine = make_engine(engine_config)
-        try:
-            write_run_config(out, args, sampling, engine_config, job="infer generate",
-                             models={"generator": engine.identity}, resumes=out / name)
-            summary = run_batch(items, make_processor(engine, args, params), out / name, id_field=args.id_field,
-                                shard=shard, batch_size=args.requests_per_call, progress=args.progress,
-                                retry_errors=args.retry_errors, take_lock=False)
-        finally:
-            engine.close()
+    try:
+        with output_lock(out / name):  # a refused second run must not overwrite the running one's record either
+            engine = make_engine(engine_config)
+            try:
+                write_run_config(out, args, sampling, engine_config, job="infer generate",
+                                 models={"generator": engine.identity}, resumes=out / name)
+                summary = run_batch(items, make_processor(engine, args, params), out / name, id_field=args.id_field,
+                                    shard=shard, batch_size=args.requests_per_call, progress=args.progress,
+                                    retry_errors=args.retry_errors, take_lock=False)
+            finally:
+                engine.close()
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a run that stopped before its first file leaves no empty folder behind
+        raise
     report = summary.to_dict()
     if args.parse_json or schema:
         report["parsing"] = parse_failures(out / name)

@@ -283,3 +283,47 @@ def test_generate_json_schema_reports_parse_failures_and_a_bad_schema_exits_2(ti
     assert info.value.code == 2
     assert capsys.readouterr().err.strip().startswith(f"error: {schema}:1: not a JSON schema: malformed JSON")
     assert not (tmp_path / "other").exists()
+
+
+def test_generate_resume_refuses_records_made_under_other_settings(tiny_lm_dir: Path, tmp_path: Path,
+                                                                   capsys) -> None:
+    from veracity import cli
+
+    source, out = tmp_path / "items.jsonl", tmp_path / "run"
+    source.write_text(json.dumps({"id": "a", "claim": "The sky is blue."}) + "\n")
+    assert cli.main(_generate_args(source, out, tiny_lm_dir)) == 0
+    records = (out / "predictions.jsonl").read_bytes()
+    assert cli.main(_generate_args(source, out, tiny_lm_dir) + ["--progress", "true"]) == 0  # how, not what
+    record = (out / "run_config.yaml").read_bytes()
+    source.write_text(json.dumps({"id": "a", "claim": "The sky is blue."}) + "\n"
+                      + json.dumps({"id": "b", "claim": "Grass is green."}) + "\n")
+    capsys.readouterr()
+    for changed, shown in ((["--max_new_tokens", "5"], "max_new_tokens: 4 → 5"),
+                           (["--template", "True? {claim}"], "template: 'Claim: {claim}' → 'True? {claim}'"),
+                           (["--temperature", "0.9"], "temperature:")):
+        with pytest.raises(SystemExit) as info:
+            cli.main(_generate_args(source, out, tiny_lm_dir) + changed)
+        assert info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "made under another run config" in err and shown in err, err
+    assert (out / "predictions.jsonl").read_bytes() == records, "a refused run adds no record"
+    assert (out / "run_config.yaml").read_bytes() == record, "and keeps the record of the run that made them"
+
+
+@pytest.mark.parametrize(("rows", "message"), [
+    ([{"id": "a", "claim": "x"}, {"id": "a", "claim": "y"}], ":2: field 'id': duplicate id 'a' (first on line 1)"),
+    ([{"claim": "x"}], ":1: field 'id': missing id"),
+    ([], ": no items: the file is empty"),
+])
+def test_generate_input_ids_are_checked_before_anything_is_written(tmp_path: Path, capsys, rows: list[dict],
+                                                                   message: str) -> None:
+    from veracity import cli
+
+    source = tmp_path / "items.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(SystemExit) as info:
+        cli.main(_generate_args(source, tmp_path / "run", Path("unused")))
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {source}{message}") and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()

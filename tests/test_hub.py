@@ -63,3 +63,43 @@ def test_hub_errors(fake_hub: list[tuple], data_root: Path) -> None:
         hub.load_hub(ctx, "someone/else:train")
     with pytest.raises(ValueError, match="lacks a split"):
         hub.load_hub(ctx, "tals/vitaminc")
+
+
+def _prep_fails(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    from veracity import cli
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        cli.main(["prep", *argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    return err.removeprefix("error: ")
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("someone/else:train", "no converter for hub dataset 'someone/else'; known: "),
+    ("tals/vitaminc", "hub spec 'tals/vitaminc' lacks a split (write tals/vitaminc:train)"),
+])
+def test_a_bad_hub_spec_exits_2_through_the_command(fake_hub: list[tuple], data_root: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str], spec: str,
+                                                    message: str) -> None:
+    out = tmp_path / "out"
+    error = _prep_fails(["--data_root", str(data_root), "--output_dir", str(out), "--datasets", "watclaimcheck",
+                         "--hub", spec], capsys)
+    assert error.startswith(f"--hub {spec}: {message}"), error
+    assert not out.exists(), "nothing may be written, not even run_config.yaml"
+    assert fake_hub == []  # refused before any download
+
+
+def test_a_failed_download_exits_2_naming_the_dataset(data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    def offline(name: str, config: str | None, split: str) -> list[dict]:
+        raise ConnectionError(f"Couldn't reach '{name}' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(hub, "_load_dataset", offline)
+    out = tmp_path / "out"
+    error = _prep_fails(["--data_root", str(data_root), "--output_dir", str(out), "--datasets", "watclaimcheck",
+                         "--hub", "tals/vitaminc:validation"], capsys)
+    assert error.startswith("hf:tals/vitaminc[validation]: cannot load from the hub (ConnectionError: Couldn't reach")
+    assert not out.exists()

@@ -123,9 +123,30 @@ def test_bad_corpus_record_names_file_and_line(tmp_path: Path, tiny_encoder_dir:
     with pytest.raises(DataError, match=r"c.jsonl:2: field 'text'"):
         build_index(corpus, tmp_path / "i", _settings(tiny_encoder_dir, dense=False))
     corpus.write_text('{"doc_id": "a", "text": "x"}\n{"doc_id": "a", "text": "y"}\n')
-    with pytest.raises(ValueError, match="duplicate doc_id 'a'"):
+    with pytest.raises(DataError, match=r"c.jsonl:2: field 'doc_id': duplicate doc_id 'a' \(first on line 1\)"):
         build_index(corpus, tmp_path / "i", _settings(tiny_encoder_dir, dense=False))
     assert not (tmp_path / "i" / "index_meta.json").exists()
+
+
+@pytest.mark.parametrize(("rows", "message"), [
+    (['{"doc_id": "a", "text": "x"}', '{"doc_id": "b", "text": "y"}', '{"doc_id": "a", "text": "z"}'],
+     ":3: field 'doc_id': duplicate doc_id 'a' (first on line 1)"),
+    (['{"doc_id": "a", "text": "x"}', '{"doc_id": "b"}'], ":2: field 'text': missing or not a string"),
+    ([], ": no documents: the corpus is empty"),
+])
+def test_index_build_on_a_bad_corpus_exits_2_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                rows: list[str], message: str) -> None:
+    from veracity import cli
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(row + "\n" for row in rows))
+    out = tmp_path / "index"
+    with pytest.raises(SystemExit) as info:
+        cli.main(["index", "build", "--corpus", str(corpus), "--output_dir", str(out), "--dense", "false"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {corpus}{message}", err
+    assert not out.exists(), "nothing may be written, not even run_config.yaml"
 
 
 def test_hnsw_matches_exact_on_a_small_corpus(bench: Path, tmp_path: Path, tiny_encoder_dir: Path) -> None:

@@ -295,3 +295,28 @@ def test_bad_items_exit_2_naming_file_line_and_field(tmp_path: Path, capsys: pyt
         cli.main(["infer", "uts", "--items", str(items), "--output_dir", str(tmp_path / "o")])
     assert stop.value.code == 2
     assert f"{items}:2: field 'evidence'" in capsys.readouterr().err
+
+
+def test_infer_uts_resume_refuses_records_made_under_other_settings(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from veracity import cli
+
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps(_item()) + "\n")
+    out = tmp_path / "out"
+    argv = ["infer", "uts", "--items", str(items), "--frame", "host_cite", "--output_dir", str(out),
+            "--progress", "false"]
+    assert cli.main(argv) == 0
+    assert cli.main([*argv, "--max_examples", "5"]) == 0  # how much, not what: resumes
+    written = {p.name: p.read_bytes() for p in out.iterdir()}
+    items.write_text(json.dumps(_item()) + "\n" + json.dumps({**_item(), "id": "i2"}) + "\n")
+    capsys.readouterr()
+    for changed, shown in ((["--frame", "plain"], "frame: 'host_cite' → 'plain'"),
+                           (["--min_anchor_words", "3"], "min_anchor_words:"),
+                           (["--conclusion", "So: {verdict}."], "conclusion:")):
+        with pytest.raises(SystemExit) as stop:
+            cli.main([*argv, *changed])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "made under another run config" in err and shown in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == written, "a refused run changes no file"

@@ -103,9 +103,26 @@ def iter_corpus(path: Path, batch: int) -> Iterator[list[dict[str, object]]]:
         yield chunk
 
 
-def count_lines(path: Path) -> int:
-    with open(path, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
+def check_corpus(path: str | Path) -> int:
+    """Read the whole corpus once before anything is written: every record has a string ``doc_id`` and ``text``
+    and no ``doc_id`` repeats. Returns the number of documents; a bad record is a DataError naming file and line
+    (a repeated id also the line it was first on), and so is a corpus without documents."""
+    from veracity.data_prep.errors import DataError
+    from veracity.data_prep.readers import read_jsonl
+
+    first: dict[str, int] = {}
+    for line, row in read_jsonl(path):
+        for name in ("doc_id", "text"):
+            if not isinstance(row.get(name), str):
+                raise DataError(path, line, "missing or not a string", field=name)
+        doc_id = row["doc_id"]
+        if doc_id in first:
+            raise DataError(path, line, f"duplicate doc_id {doc_id!r} (first on line {first[doc_id]})",
+                            field="doc_id")
+        first[doc_id] = line
+    if not first:
+        raise DataError(path, None, "no documents: the corpus is empty")
+    return len(first)
 
 
 def _reusable_embeddings(folder: Path, corpus_sha: str, encoder: DenseEncoder) -> np.ndarray:
@@ -118,20 +135,22 @@ def _reusable_embeddings(folder: Path, corpus_sha: str, encoder: DenseEncoder) -
 
 
 def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSettings,
-                encoder: DenseEncoder | None = None) -> Path:
+                encoder: DenseEncoder | None = None, checked: int | None = None) -> Path:
     """Build the configured indexes for ``corpus`` into ``output_dir``; returns the folder.
 
-    Documents are read ``stream_batch`` at a time; vectors go straight into FAISS and a memory-mapped
-    ``embeddings.npy``, so memory holds the index, not the corpus text.
+    The corpus is checked first (:func:`check_corpus`; ``checked``: the document count of a check the caller
+    already made), so a bad record stops the build before anything is written. Documents are then read
+    ``stream_batch`` at a time; vectors go straight into FAISS and a memory-mapped ``embeddings.npy``, so memory
+    holds the index, not the corpus text.
     """
     from tqdm.auto import tqdm
 
     corpus, out = Path(corpus), Path(output_dir)
     if not (settings.sparse or settings.dense):
         raise ValueError("nothing to build: enable sparse and/or dense")
+    total = check_corpus(corpus) if checked is None else checked
     if settings.dense and encoder is None:
         encoder = DenseEncoder(settings.encoder_spec())
-    total = count_lines(corpus)
     corpus_sha = sha256_file(corpus)
     out.mkdir(parents=True, exist_ok=True)
     (out / "index_meta.json").unlink(missing_ok=True)  # the folder is incomplete until the end
@@ -152,7 +171,7 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
         start = len(doc_ids)
         for doc in chunk:
             doc_id = str(doc["doc_id"])
-            if doc_id in seen:
+            if doc_id in seen:  # checked before the build; the file changed since
                 raise ValueError(f"{corpus}: duplicate doc_id {doc_id!r}")
             seen.add(doc_id)
             doc_ids.append(doc_id)

@@ -1,6 +1,9 @@
 """Build a retrieval index over a corpus.
 
 Usage: veracity index build --corpus runs/prep/climate_fever_corpus.jsonl --output_dir runs/index/cf [--dense false]
+
+The corpus is checked before anything is written: a record without a string ``doc_id`` / ``text``, a repeated
+``doc_id`` or an empty corpus exits with status 2 and one line naming the file and line.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ def make_parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> Path:
     from veracity.config import parse_config
-    from veracity.infer.retrieval.index import build_index
+    from veracity.infer.retrieval.index import build_index, check_corpus
     from veracity.rundir import write_run_config
 
     build, settings = parse_config(make_parser(), argv)
+    documents = check_corpus(build.corpus)  # a bad record (DataError, exit 2) stops here, before anything is written
     write_run_config(build.output_dir, build, settings, job="index build")
-    folder = build_index(build.corpus, build.output_dir, settings)
+    folder = build_index(build.corpus, build.output_dir, settings, checked=documents)
     print(f"index written to {folder}")
     return folder

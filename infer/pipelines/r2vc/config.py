@@ -23,7 +23,11 @@ class R2VCConfig:
         "help": "Prepared claim sources. Given evidence is used where a source has it; "
                 f"{sorted(RETRIEVAL_CORPORA)} retrieve from their corpus."})
     split: str = field(default="dev", metadata={"help": "Hash split (the calibrator trains on calib, never dev)."})
-    max_examples: int | None = field(default=None, metadata={"help": "Cap per source (first N by a seeded order)."})
+    max_examples: int | None = field(default=None, metadata={
+        "help": "Cap per source: the first N claims in an order seeded by --subset_seed (not by --seed)."})
+    subset_seed: int = field(default=13, metadata={
+        "help": "Seeds which claims --max_examples keeps (the order of each source); --seed, the sampling seed, "
+                "never changes the subset. 13 keeps the subsets of runs made when one seed did both jobs."})
     claims: str | None = field(default=None, metadata={
         "help": "A JSONL of your own claims {id, claim[, evidence, label]} instead of prepared sources; claims "
                 "without evidence retrieve from --index_dir."})
@@ -46,8 +50,15 @@ class R2VCConfig:
     n_candidates: int = field(default=12, metadata={"help": "Candidates sampled per claim (SPEC: up to 12)."})
     temperature: float = 0.7
     top_p: float = 0.95
-    max_new_tokens: int = 160
-    seed: int = 13
+    max_new_tokens: int = field(default=160, metadata={
+        "help": "Answer budget when unconstrained; constrained, it is sized to the longest answer the schema allows."})
+    constrained: bool = field(default=True, metadata={
+        "help": "Constrain decoding to the answer's JSON schema where the engine can (transformers, vLLM, servers "
+                "known to enforce it); the parser stays the final check. false: free decoding (an ablation)."})
+    rationale_max_chars: int = field(default=200, metadata={
+        "help": "Longest rationale the answer schema allows (bounds the answer, so it ends before the budget)."})
+    seed: int = field(default=13, metadata={
+        "help": "Sampling seed of the generator's candidates (which claims --max_examples keeps is --subset_seed)."})
     # --- verifier and decision ----------------------------------------------------------------------------
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
     nli_batch_size: int = 32
@@ -68,6 +79,9 @@ class R2VCConfig:
     def __post_init__(self) -> None:
         if self.abstention not in ABSTENTION_MODES:
             raise ValueError(f"abstention must be one of {ABSTENTION_MODES}, got {self.abstention!r}")
+        repeated = sorted({s for s in self.sources if list(self.sources).count(s) > 1})
+        if repeated:
+            raise ValueError(f"sources lists {repeated} more than once")
         if self.calibrator in ("", "none", "None"):
             self.calibrator = None
         if not 1 <= self.n_candidates <= 64:
