@@ -161,15 +161,16 @@ def recover_output(path: Path) -> set[str]:
 def latest_records(path: str | Path, what: str = "a batch output record") -> list[dict[str, Any]]:
     """The records of a batch output, one per id: the last one written (a retried error is replaced), in the
     order the ids first appear. A line that is not a record is a ValueError naming ``path:line`` (and ``what``)."""
+    from veracity.io import parse_jsonl  # the project's one JSONL parser (a record holding U+2028 stays whole)
+
     latest: dict[str, dict[str, Any]] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+    with open(path, "rb") as handle:
+        for number, record, problem in parse_jsonl(handle):
             try:
-                record = json.loads(line)
+                if problem is not None:
+                    raise ValueError(problem)
                 latest[str(record["id"])] = record
-            except (json.JSONDecodeError, KeyError, TypeError) as error:
+            except (ValueError, KeyError, TypeError) as error:
                 raise ValueError(f"{path}:{number}: not {what} ({error})") from None
     return list(latest.values())
 
@@ -211,6 +212,7 @@ def run_batch(
     fsync: bool = False,
     retry_errors: bool = False,
     take_lock: bool = True,
+    error_fields: Sequence[str] = (),
 ) -> BatchSummary:
     """Run ``process`` over the items not yet in ``output`` and append one record per item.
 
@@ -218,7 +220,9 @@ def run_batch(
     marks that item as failed. If ``process`` raises, the items of that call are retried one by one so one bad
     item cannot sink its neighbours. With ``retry_errors``, items whose last record is an error are run again
     (their new record is appended; the last record of an id wins). ``take_lock=False`` when the caller already
-    holds :func:`output_lock` on ``output`` (to write its run record under the same lock).
+    holds :func:`output_lock` on ``output`` (to write its run record under the same lock). ``error_fields``: item
+    fields copied into an error record (R2VC keeps ``gold`` and ``source``, so its scorer counts the failed claim
+    as a wrong answer).
 
     Raises:
         OutputLockedError: another run holds the lock on ``output``.
@@ -228,12 +232,12 @@ def run_batch(
     output.parent.mkdir(parents=True, exist_ok=True)
     with output_lock(output) if take_lock else contextlib.nullcontext():
         return _run_locked(items, process, output, id_field=id_field, shard=shard, batch_size=batch_size,
-                           progress=progress, fsync=fsync, retry_errors=retry_errors)
+                           progress=progress, fsync=fsync, retry_errors=retry_errors, error_fields=error_fields)
 
 
 def _run_locked(items: Iterable[Item], process: Callable[[Sequence[Item]], list[Any]], output: Path, *,
                 id_field: str, shard: tuple[int, int], batch_size: int, progress: bool, fsync: bool,
-                retry_errors: bool) -> BatchSummary:
+                retry_errors: bool, error_fields: Sequence[str] = ()) -> BatchSummary:
     from tqdm.auto import tqdm
 
     statuses = recover_statuses(output)
@@ -270,6 +274,7 @@ def _run_locked(items: Iterable[Item], process: Callable[[Sequence[Item]], list[
                 record: dict[str, Any] = {"id": str(item[id_field]), "seconds": round(per_item, 4)}
                 if isinstance(result, BaseException):
                     record.update(status="error", error=f"{type(result).__name__}: {result}")
+                    record.update({k: item[k] for k in error_fields if k in item})
                     summary.errors += 1
                     if len(summary.error_examples) < 5:
                         summary.error_examples.append(f"{record['id']}: {record['error']}")

@@ -98,3 +98,41 @@ def test_eval_r2vc_command_counts_error_records(tmp_path: Path) -> None:
     assert (metrics["n"], metrics["n_errors"], metrics["errors"]) == (6, 1, 1)
     assert metrics["accuracy"] == pytest.approx(3 / 6)
     assert "error 1" in (tmp_path / "o" / "report.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
+    from tiny_models import build_tiny_nli
+
+    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
+                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_max_length=48,
+                          veracity_evidence_titles=False)
+
+
+def test_infer_r2vc_counts_a_claim_the_pipeline_raised_on(tiny_verifier: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the command: the error record keeps the claim's gold label, so the scorer counts it wrong."""
+    from veracity import cli
+    from veracity.infer.pipelines.r2vc.pipeline import R2VCPipeline
+
+    original = R2VCPipeline.__call__
+
+    def failing(self, items):  # noqa: ANN001, ANN202
+        if any(item["id"] == "b" for item in items):
+            raise RuntimeError("retrieval went away")
+        return original(self, items)
+
+    monkeypatch.setattr(R2VCPipeline, "__call__", failing)
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"id": "a", "claim": "Cats purr.", "evidence": "Cats purr when content.", "label": "supports"},
+        {"id": "b", "claim": "Dogs bark.", "evidence": "Dogs bark at night.", "label": "supports"}]))
+    out = tmp_path / "out"
+    assert cli.main(["infer", "r2vc", "--claims", str(claims), "--use_generator", "false", "--nli_model",
+                     str(tiny_verifier), "--output_dir", str(out), "--progress", "false"]) == 0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["status"], r.get("gold")) for r in records if r["status"] == "error"] == [
+        ("b", "error", S)]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["n"], metrics["n_errors"], metrics["errors"]) == (2, 1, 1)
+    assert metrics["accuracy"] <= 0.5 and metrics["confusion"][S]["(none)"] == 1
