@@ -2,15 +2,18 @@
 
 Usage: veracity infer generate --input items.jsonl --output_dir runs/gen [--template "Is it true? {claim}"]
                                [--engine transformers --model embedded] [--n 4 --temperature 0.7] [--shard 0/4]
-                               [--parse_json true] [--json_schema schema.json] [--cache runs/gen/cache.sqlite]
+                               [--parse_json true] [--json_schema schema.json | --regex RE | --choice A B]
+                               [--cache runs/gen/cache.sqlite]
                                [--retry_errors true]
 
 Each item needs an ``id`` and ``messages`` (chat), ``prompt`` (raw text), or fields for ``--template`` (one user
 message). Writes ``predictions.jsonl`` (``predictions.shard-i-of-n.jsonl`` when sharded; resumes where it
 stopped), ``summary.json`` and ``run_config.yaml``. An empty item, a prompt beyond the context, or a server
-failure becomes an error record; with ``--parse_json`` every candidate carries ``parsed`` or ``parse_error``;
-``--json_schema`` constrains decoding to a JSON schema where the engine can (vLLM, OpenAI-compatible servers that
-accept ``response_format``), and the summary reports how many candidates still failed to parse.
+failure becomes an error record; with ``--parse_json`` every candidate carries ``parsed`` or ``parse_error``.
+``--json_schema``, ``--regex`` or ``--choice`` constrains decoding where the engine can (the transformers engine and
+vLLM always; an OpenAI-compatible server as ``--server`` says: the run record's ``decoding`` tells whether it was
+enforced), each candidate is checked against it all the same, and the summary reports how many still failed (an
+answer cut by ``--max_new_tokens`` is named ``length``).
 ``--retry_errors`` re-runs exactly the items whose last record is an error (the last record of an id wins). The
 input is read and checked before anything is written (a malformed line, a missing or repeated id and an empty file
 are one-line errors naming the file and line); one run at a time may write an output (a lock file).
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,8 +49,19 @@ class GenerateArgs:
     parse_json: bool = field(default=False, metadata={"help": "Parse each candidate as a JSON object."})
     json_schema: str | None = field(default=None, metadata={
         "help": "A JSON schema file: constrained decoding where the engine supports it (implies --parse_json)."})
+    regex: str | None = field(default=None, metadata={
+        "help": "A regular expression every answer must match: constrained decoding, then checked."})
+    choice: list[str] | None = field(default=None, metadata={
+        "help": "The answers allowed (one of these strings): constrained decoding, then checked."})
     retry_errors: bool = field(default=False, metadata={"help": "Re-run the items whose last record is an error."})
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        given = [name for name in ("json_schema", "regex", "choice") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of --json_schema, --regex and --choice (got {', '.join(given)})")
+        if self.choice is not None and not self.choice:
+            raise ValueError("--choice needs at least one string")
 
 
 def build_request(item: dict[str, Any], args: GenerateArgs, params: SamplingParams) -> GenerationRequest:
@@ -77,7 +92,7 @@ def build_request(item: dict[str, Any], args: GenerateArgs, params: SamplingPara
 
 
 def load_schema(path: str | None) -> str | None:
-    """The schema file as canonical JSON text (what the request and its cache key carry); None without one."""
+    """The schema file as compact JSON text (what the request and its cache key carry); None without one."""
     if not path:
         return None
     from veracity.data_prep.errors import DataError
@@ -90,7 +105,18 @@ def load_schema(path: str | None) -> str | None:
         raise DataError(path, error.lineno, f"not a JSON schema: malformed JSON ({error.msg})") from None
     if not isinstance(schema, dict):
         raise DataError(path, None, "not a JSON schema: expected a JSON object")
-    return json.dumps(schema, sort_keys=True, ensure_ascii=False)
+    return json.dumps(schema, ensure_ascii=False)  # properties keep their order: the answer writes them in it
+
+
+def check_answer(text: str, params: SamplingParams) -> tuple[Any, str | None]:
+    """``(value, None)`` when ``text`` is what the request's constraint asks for (a JSON object for a schema or
+    ``--parse_json``, a full match of the regex, one of the choices), else ``(None, reason)``."""
+    if params.regex is not None:
+        return (text, None) if re.fullmatch(params.regex, text) else (None, "no_match: not matched by the regex")
+    if params.choice is not None:
+        return (text, None) if text in params.choice else (None, "not_a_choice: not one of the choices")
+    parsed = extract_json_object(text)
+    return parsed.value, parsed.error
 
 
 def make_processor(engine: Engine, args: GenerateArgs, params: SamplingParams):
@@ -111,9 +137,11 @@ def make_processor(engine: Engine, args: GenerateArgs, params: SamplingParams):
             candidates = []
             for c in result.candidates:
                 record = c.to_dict()
-                if args.parse_json or params.json_schema:
-                    parsed = extract_json_object(c.text)
-                    record.update(parsed=parsed.value, parse_error=parsed.error)
+                if args.parse_json or params.constraint:
+                    value, error = check_answer(c.text, params)
+                    if error and c.finish_reason == "length":  # cut by the budget: named as such
+                        error = f"length: {error}"
+                    record.update(parsed=value, parse_error=error)
                 candidates.append(record)
             outcomes[k] = {"candidates": candidates, "prompt_tokens": result.prompt_tokens, "cached": result.cached}
         return outcomes
@@ -140,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     # a bad line, a missing or repeated id or an empty file is a DataError before anything is written
     items = checked_rows(args.input, args.id_field)
     schema = load_schema(args.json_schema)
-    params = sampling.params(json_schema=schema)
+    params = sampling.params(json_schema=schema, regex=args.regex, choice=args.choice)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -148,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             engine = make_engine(engine_config)
             try:
                 write_run_config(out, args, sampling, engine_config, job="infer generate",
-                                 models={"generator": engine.identity}, resumes=out / name)
+                                 models={"generator": engine.identity}, resumes=out / name,
+                                 decoding=engine.decoding([params.constraint[0]] if params.constraint else []))
                 summary = run_batch(items, make_processor(engine, args, params), out / name, id_field=args.id_field,
                                     shard=shard, batch_size=args.requests_per_call, progress=args.progress,
                                     retry_errors=args.retry_errors, take_lock=False)
@@ -159,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             out.rmdir()  # a run that stopped before its first file leaves no empty folder behind
         raise
     report = summary.to_dict()
-    if args.parse_json or schema:
+    if args.parse_json or params.constraint:
         report["parsing"] = parse_failures(out / name)
         print(f"parse failures: {report['parsing']['failures']} of {report['parsing']['candidates']} candidates")
     print(summary)

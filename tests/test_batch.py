@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from veracity.infer.batch import in_shard, parse_shard, recover_output, run_batch
 
@@ -119,8 +120,9 @@ def test_generate_job_outcomes(tiny_lm_dir: Path, tmp_path: Path) -> None:
     assert records["oversized"]["status"] == "error" and "context_overflow" in records["oversized"]["error"]
     candidates = records["ok"]["result"]["candidates"]
     assert len(candidates) == 2
-    # the tiny model writes no JSON: each candidate records the failure, never a guess or a neighbour's answer
-    assert all(c["parsed"] is None and c["parse_error"] == "no_json_object" for c in candidates)
+    # the tiny model writes no JSON in 6 tokens: each candidate records the failure (a cut-off, named as one), never
+    # a guess or a neighbour's answer
+    assert all(c["parsed"] is None and c["parse_error"] == "length: no_json_object" for c in candidates)
     assert (tmp_path / "run" / "run_config.yaml").exists() and (tmp_path / "run" / "summary.json").exists()
     again = main(args)  # resume: nothing left to do
     assert again["already_done"] == 4 and again["processed"] == 0
@@ -269,13 +271,20 @@ def test_generate_json_schema_reports_parse_failures_and_a_bad_schema_exits_2(ti
     source, out = tmp_path / "items.jsonl", tmp_path / "run"
     source.write_text(json.dumps({"id": "a", "claim": "The sky is blue."}) + "\n")
     schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps({"type": "object", "properties": {"label": {"type": "string"}}}))
+    schema.write_text(json.dumps({"type": "object", "properties": {"label": {"enum": ["SUPPORTS", "REFUTES"]}},
+                                  "required": ["label"], "additionalProperties": False}))
     summary = main(_generate_args(source, out, tiny_lm_dir)[2:] + ["--json_schema", str(schema), "--n", "2",
-                                                                 "--temperature", "0.7"])
-    # transformers cannot constrain decoding: the schema is carried, and the parser reports what failed
-    assert summary["parsing"] == {"candidates": 2, "failures": 2, "rate": 1.0, "reasons": {"no_json_object": 2}}
+                                                                 "--temperature", "0.7", "--max_new_tokens", "24"])
+    # decoding is constrained to the schema: even the random tiny model answers with it
+    assert summary["parsing"] == {"candidates": 2, "failures": 0, "rate": 0.0, "reasons": {}}
     record = json.loads((out / "predictions.jsonl").read_text())
-    assert all(c["parse_error"] == "no_json_object" for c in record["result"]["candidates"])
+    assert all(c["parsed"]["label"] in ("SUPPORTS", "REFUTES") for c in record["result"]["candidates"])
+    decoding = yaml.safe_load((out / "run_config.yaml").read_text())["decoding"]
+    assert decoding["constrained"] is True
+    # a budget too small for the answer: the cut-off is a failure, named as one
+    cut = main(_generate_args(source, tmp_path / "cut", tiny_lm_dir)[2:] + ["--json_schema", str(schema),
+                                                                          "--max_new_tokens", "4"])
+    assert cut["parsing"]["failures"] == 1 and all(r.startswith("length: ") for r in cut["parsing"]["reasons"])
     schema.write_text("{not json")
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
@@ -283,6 +292,27 @@ def test_generate_json_schema_reports_parse_failures_and_a_bad_schema_exits_2(ti
     assert info.value.code == 2
     assert capsys.readouterr().err.strip().startswith(f"error: {schema}:1: not a JSON schema: malformed JSON")
     assert not (tmp_path / "other").exists()
+
+
+def test_generate_regex_and_choice(tiny_lm_dir: Path, tmp_path: Path, capsys) -> None:
+    from veracity import cli
+    from veracity.infer.generate import main
+
+    source = tmp_path / "items.jsonl"
+    source.write_text("".join(json.dumps({"id": str(i), "claim": f"claim {i}"}) + "\n" for i in range(3)))
+    regex = main(_generate_args(source, tmp_path / "regex", tiny_lm_dir)[2:] + ["--regex", "(10|[0-9])", "--n", "2",
+                                                                              "--temperature", "1.0"])
+    choice = main(_generate_args(source, tmp_path / "choice", tiny_lm_dir)[2:] + ["--choice", "yes", "no"])
+    assert regex["parsing"]["failures"] == 0 and regex["parsing"]["candidates"] == 6
+    assert choice["parsing"]["failures"] == 0
+    answers = [c["text"] for line in (tmp_path / "choice" / "predictions.jsonl").read_text().splitlines()
+               for c in json.loads(line)["result"]["candidates"]]
+    assert answers and set(answers) <= {"yes", "no"}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        cli.main(_generate_args(source, tmp_path / "both", tiny_lm_dir) + ["--regex", "a", "--choice", "a"])
+    assert info.value.code == 2 and "at most one of" in capsys.readouterr().err
+    assert not (tmp_path / "both").exists()
 
 
 def test_generate_resume_refuses_records_made_under_other_settings(tiny_lm_dir: Path, tmp_path: Path,

@@ -37,6 +37,10 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     assert "hybrid (RRF) search for 'Colombiana is a French film.'" in out
     predictions = (tmp_path / "demo" / "generate" / "predictions.jsonl").read_text().splitlines()
     assert predictions and all(json.loads(line)["status"] == "ok" for line in predictions)
+    # decoding is constrained to the answer's schema: the base SmolLM2 answers in the format asked, every time
+    assert all(c["parsed"]["label"] in ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
+               for line in predictions for c in json.loads(line)["result"]["candidates"])
+    assert f"parse failures: 0 of {len(predictions)} candidates" in out
     assert (tmp_path / "demo" / "sft" / "adapter" / "adapter_model.safetensors").exists()
     assert "QUICK version" in out and "41.94 M trainable" in out
     assert json.loads((tmp_path / "demo" / "nli_eval" / "metrics.json").read_text())
@@ -45,6 +49,10 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
         assert metrics["n"] > 0 and 0.0 <= metrics["coverage"] <= 1.0
         assert (tmp_path / "demo" / "r2vc" / run / "risk_coverage.png").exists()
     assert "| full |" in out and "| nli_only |" in out
+    full_records = (tmp_path / "demo" / "r2vc" / "full" / "records.jsonl").read_text().splitlines()
+    full = [json.loads(line) for line in full_records]
+    generated = [c for r in full for c in r["result"]["candidates"] if c["from"] == "generator"]
+    assert generated and all(c["label"] is not None for c in generated)  # the generator's answers parse
     # the next run reuses every finished step (same models, same settings: the resume checks let it through)
     cli.main(["demo", "--data_root", str(data_root), "--output_dir", str(tmp_path / "demo"), "--sft_steps", "1",
               "--nli_quick_steps", "1"])

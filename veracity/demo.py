@@ -6,14 +6,16 @@ Stages so far: (1) data preparation of every shipped dataset; (2) the embedded m
 (the SmolLM2 GGUF is converted once into the cache) and checked by a tiny real use; (3) retrieval: a BM25 + FAISS
 index over the FEVER evidence corpus, a hybrid search, and the retrieval evaluation (BM25, dense, α-fusion, RRF,
 cross-encoder rerank) on a slice of its dev queries; (4) offline batch inference: the embedded chat model through
-the engine layer over a few VitaminC claims, resumable, with JSON parsing and the response cache (run the demo
-twice: the second run replays from the cache); (5) training: SFT/DPO training sets, a short SFT run of the
+the engine layer over a few VitaminC claims, resumable, decoding constrained to the answer's JSON schema, with
+the response cache (run the demo twice: the second run replays from the cache);
+(5) training: SFT/DPO training sets, a short SFT run of the
 embedded LoRA recipe, the 8B recipe's dry run, and the NLI verifier — the cached one when installed, otherwise a
 short, clearly labelled quick version — evaluated on dev pairs; (6) R2VC end to end on a slice of the
 FEVER-Symmetric and VitaminC dev splits: the calibrator fit on a calib slice, then the full pipeline and the NLI-only
 ablation, written to ``<output_dir>/r2vc/`` like any ``veracity infer r2vc`` run. The generator is the merged SFT
 model of ``configs/train/sft_lora_smollm2_cpu.yaml`` when ``runs/train/sft_smollm2/merged`` exists, else the base
-SmolLM2 (whose answers rarely parse: the verifier's own candidate carries the decision). Finished steps are reused.
+SmolLM2 (decoding constrained to the answer's schema, so its answers parse; whether they are right is another
+matter). Finished steps are reused.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ def stage_generate(config: DemoConfig) -> None:
     import json
 
     from veracity.data_prep.prepared import read_prepared
+    from veracity.data_prep.schema import TERNARY_LABELS
     from veracity.infer.generate import main as generate
     from veracity.io import read_jsonl
 
@@ -117,9 +120,13 @@ def stage_generate(config: DemoConfig) -> None:
                              for r in claims))
     template = ('Evidence: {evidence}\nClaim: {claim}\nDoes the evidence support or refute the claim? Reply with '
                 'JSON only: {{"label": "SUPPORTS" or "REFUTES" or "NOT ENOUGH INFO"}}')
+    # the answer's schema: decoding is constrained to it, so even the 135M model answers in the format asked
+    schema = out / "generate" / "answer_schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"label": {"enum": list(TERNARY_LABELS)}},
+                                  "required": ["label"], "additionalProperties": False}))
     generate(["--input", str(items), "--output_dir", str(out / "generate"), "--template", template,
-              "--max_new_tokens", "40", "--parse_json", "true", "--cache", str(out / "generate" / "cache.sqlite"),
-              "--progress", "false"])
+              "--max_new_tokens", "40", "--json_schema", str(schema),
+              "--cache", str(out / "generate" / "cache.sqlite"), "--progress", "false"])
     predictions = out / "generate" / "predictions.jsonl"
     for record in read_jsonl(predictions):
         if record["status"] != "ok":
