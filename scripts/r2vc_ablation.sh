@@ -20,6 +20,7 @@ cfg=configs/pipelines
 
 echo "verifier: $("$veracity" models resolve nli_verifier)"  # the trained one in the cache, else the pre-built
 "$veracity" train calibrator --config configs/train/calibrator_r2vc_embedded.yaml
+"$veracity" train calibrator --config configs/train/calibrator_r2vc_nli_only.yaml  # the NLI-only rows' own
 
 run() {  # run NAME RECIPE [options]: one row
   local name=$1 recipe=$2

@@ -57,4 +57,4 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     cli.main(["demo", "--data_root", str(data_root), "--output_dir", str(tmp_path / "demo"), "--sft_steps", "1",
               "--nli_quick_steps", "1"])
     again = capsys.readouterr().out.split("== 6. R2VC")[1]
-    assert again.count(" already done, 0 processed") == 3  # calibrator simulation, full, nli_only
+    assert again.count(" already done, 0 processed") == 4  # two calibrator simulations, full, nli_only

@@ -180,19 +180,22 @@ def stage_r2vc(config: DemoConfig) -> None:
     print(f"generator: {generator}" + ("" if generator != "embedded" else " (base SmolLM2: no trained SFT model at "
                                        f"{config.generator}; `veracity train sft` + `train merge` make one)"))
     common = ["--prepared_dir", str(out / "prep"), "--model", generator, "--n_candidates", "2",
-              "--max_new_tokens", "80", "--cache", str(out / "r2vc" / "cache.sqlite"), "--progress", "false"]
-    calibrator_dir = out / "r2vc" / "calibrator"
-    try:
-        train_calibrator(["--config", str(recipes / "train" / "calibrator_r2vc_embedded.yaml"), *common,
-                          "--calibrator_dir", str(calibrator_dir), "--max_examples", str(config.r2vc_calib_examples),
-                          "--sources", "fever_symmetric", "vitaminc"])
-        calibrator = str(calibrator_dir / "calibrator.json")
-    except ValueError as error:  # a data root too small to fit and hold out (the tests' hand-made one)
-        print(f"no calibrator ({error}): candidates ranked by s_ver")
-        calibrator = "none"
+              "--rationale_max_chars", "80", "--cache", str(out / "r2vc" / "cache.sqlite"), "--progress", "false"]
+    calibrators = {}
+    for name, recipe in (("full", "calibrator_r2vc_embedded.yaml"), ("nli_only", "calibrator_r2vc_nli_only.yaml")):
+        calibrator_dir = out / "r2vc" / f"calibrator_{name}"  # each recipe its own: the features differ
+        try:
+            train_calibrator(["--config", str(recipes / "train" / recipe), *common,
+                              "--calibrator_dir", str(calibrator_dir),
+                              "--max_examples", str(config.r2vc_calib_examples), "--sources", "fever_symmetric",
+                              "vitaminc"])
+            calibrators[name] = str(calibrator_dir / "calibrator.json")
+        except ValueError as error:  # a data root too small to fit and hold out (the tests' hand-made one)
+            print(f"no {name} calibrator ({error}): candidates ranked by s_ver")
+            calibrators[name] = "none"
     runs = {}
     for name, recipe in (("full", "r2vc_embedded.yaml"), ("nli_only", "r2vc_nli_only.yaml")):
-        runs[name] = r2vc(["--config", str(recipes / "pipelines" / recipe), *common, "--calibrator", calibrator,
+        runs[name] = r2vc(["--config", str(recipes / "pipelines" / recipe), *common, "--calibrator", calibrators[name],
                            "--max_examples", str(config.r2vc_examples),
                            "--output_dir", str(out / "r2vc" / name)])["metrics"]
     keys = ("n", "accuracy", "macro_f1", "brier", "ece", "ece_uncalibrated", "coverage", "selective_accuracy", "aurc")
