@@ -45,13 +45,24 @@ class AICConfig:
     # --- generation ---------------------------------------------------------------------------------------
     thinking: str = field(default="default", metadata={
         "help": f"One of {THINKING}: on/off append Qwen3's /think or /no_think to the claim; default adds nothing."})
+    constrained: bool = field(default=True, metadata={
+        "help": "Constrain decoding to the answer's schema where the engine can (the parser stays the final check); "
+                "max_new_tokens is then the longest answer the schema admits. Not with thinking 'on': a thinking "
+                "block cannot come before constrained JSON, so such runs decode unconstrained."})
     answer_prefix: str = field(default="", metadata={
         "help": "Text the answer is made to start with (the chat template rendered, then this prefix; transformers "
-                "engine only). Small models need it to enter the JSON format; '' for real-scale models."})
-    max_questions: int = field(default=10, metadata={"help": "Questions kept per answer (the scorer reads 10)."})
+                "engine only). Small models need it to enter the JSON format unconstrained; not used under a "
+                "constraint (the grammar starts the JSON). '' for real-scale models."})
+    max_questions: int = field(default=10, metadata={
+        "help": "Questions kept per answer (the scorer reads 10); constrained, the most the answer may hold."})
+    question_chars: int = field(default=200, metadata={
+        "help": "Constrained: the longest question text the answer schema admits (characters)."})
+    answer_chars: int = field(default=300, metadata={
+        "help": "Constrained: the longest answer text the answer schema admits (characters)."})
     temperature: float = 0.0
     top_p: float = 1.0
-    max_new_tokens: int = 2048
+    max_new_tokens: int = field(default=2048, metadata={
+        "help": "New tokens of an unconstrained answer (constrained: sized to the longest answer the schema admits)."})
     seed: int = 13
     parse_retries: int = field(default=1, metadata={
         "help": "Retries of a claim whose answer does not parse (another seed, sampled at retry_temperature)."})
@@ -76,3 +87,12 @@ class AICConfig:
             raise ValueError(f"chunk_chars must be >= 1, got {self.chunk_chars}")
         if self.parse_retries < 0:
             raise ValueError(f"parse_retries must be >= 0, got {self.parse_retries}")
+        if self.max_questions < 1 or self.question_chars < 1 or self.answer_chars < 0:
+            raise ValueError("need max_questions >= 1, question_chars >= 1 and answer_chars >= 0, got "
+                             f"{self.max_questions}, {self.question_chars}, {self.answer_chars}")
+
+    @property
+    def constrains(self) -> bool:
+        """Whether answers are constrained to the schema: ``constrained``, unless thinking is on (a constrained
+        answer is the JSON alone, so a thinking block could not come first)."""
+        return self.constrained and self.thinking != "on"

@@ -15,6 +15,12 @@ reference fact), is retried with another seed; if it still fails, the claim is r
 left out of the Ev²R means — counted in ``ev2r_*_judge_failures``, never scored as zero. (The official scorer
 scores such claims 0; ``ev2r_new_averitec_score_failures_as_zero`` reports that reading beside ours.) A claim
 without predicted evidence is not sent to the judge: nothing predicted, so recall 0 and precision undefined.
+
+With ``ev2r_constrained`` (the default) the judge's decoding is held to :data:`JUDGE_SCHEMA` (the four counts as
+integers in 0..:data:`MAX_COUNT`, at least one reference fact) and asks for the longest answer it admits
+(:data:`JUDGE_BUDGET` new tokens): the answer is that JSON object alone, so a thinking judge does not think first.
+A support count above its facts count is a rule between two fields that no JSON schema states: the parser still
+refuses it, and the claim is retried like any other failure.
 """
 
 from __future__ import annotations
@@ -26,11 +32,22 @@ from typing import Any
 
 from veracity.infer.parsing import extract_json_object
 from veracity.infer.pipelines.aic.scoring import MAX_PREDICTED_PAIRS, QAPair
+from veracity.infer.structured import schema_text, token_budget
 
 logger = logging.getLogger(__name__)
 COUNT_KEYS = ("facts count predicted evidence", "support predicted evidence", "facts count reference evidence",
               "support reference evidence")
 DEFAULT_EV2R_THRESHOLD = 0.5
+# Atomic facts of one side (at most 10 predicted QA pairs, a claim's gold pairs): well under 100.
+MAX_COUNT = 100
+JUDGE_SCHEMA = {
+    "type": "object",
+    "properties": {key: {"type": "integer", "minimum": 1 if key == "facts count reference evidence" else 0,
+                         "maximum": MAX_COUNT} for key in COUNT_KEYS},  # no reference fact: recall undefined
+    "required": list(COUNT_KEYS),
+    "additionalProperties": False,
+}
+JUDGE_BUDGET = token_budget(JUDGE_SCHEMA)
 
 EV2R_PROMPT = """You are checking the evidence of a fact-checking system against the evidence written by a human.
 
@@ -64,7 +81,10 @@ class Ev2RSettings:
     ev2r_prompt: str = field(default=EV2R_PROMPT, metadata={
         "help": "Judge prompt with {claim}, {reference}, {predicted}; must ask for the four counts as JSON."})
     ev2r_retries: int = field(default=1, metadata={"help": "Retries of a judge answer that fails (another seed)."})
-    ev2r_max_new_tokens: int = 512
+    ev2r_constrained: bool = field(default=True, metadata={
+        "help": "Constrain the judge's decoding to its answer's schema (the four counts) where the engine can; "
+                "the parser stays the final check. Its new tokens are then the longest answer the schema admits."})
+    ev2r_max_new_tokens: int = field(default=512, metadata={"help": "New tokens of an unconstrained judge answer."})
     ev2r_temperature: float = 0.0
     ev2r_retry_temperature: float = 0.7
     ev2r_seed: int = 0
@@ -127,6 +147,13 @@ class JudgeOutcome:
         return {"precision": self.precision, "recall": self.recall, "failed": self.failed, "attempts": self.attempts}
 
 
+def judge_constraint(settings: Ev2RSettings) -> dict[str, Any]:
+    """The judge requests' schema and budget (``ev2r_constrained``), or the configured budget."""
+    if settings.ev2r_constrained:
+        return {"json_schema": schema_text(JUDGE_SCHEMA), "max_new_tokens": JUDGE_BUDGET}
+    return {"max_new_tokens": settings.ev2r_max_new_tokens}
+
+
 def judge(engine: Any, prompts: Sequence[str | None], settings: Ev2RSettings) -> list[JudgeOutcome]:
     """One outcome per prompt (None: no predicted evidence → recall 0, no call); failures retried, then recorded."""
     from veracity.models.engine import GenerationRequest
@@ -134,6 +161,7 @@ def judge(engine: Any, prompts: Sequence[str | None], settings: Ev2RSettings) ->
     outcomes: list[JudgeOutcome | None] = [None] * len(prompts)
     attempts: list[list[dict[str, Any]]] = [[] for _ in prompts]
     pending = [k for k, p in enumerate(prompts) if p is not None]
+    constraint = judge_constraint(settings)
     for k, prompt in enumerate(prompts):
         if prompt is None:
             outcomes[k] = JudgeOutcome(None, 0.0, False, [{"note": "no predicted evidence: recall 0, not judged"}])
@@ -142,8 +170,8 @@ def judge(engine: Any, prompts: Sequence[str | None], settings: Ev2RSettings) ->
             break
         temperature = settings.ev2r_retry_temperature if attempt else settings.ev2r_temperature
         requests = [GenerationRequest.chat([{"role": "user", "content": prompts[k]}], n=1, temperature=temperature,
-                                           max_new_tokens=settings.ev2r_max_new_tokens,
-                                           seed=settings.ev2r_seed + attempt, logprobs=False) for k in pending]
+                                           seed=settings.ev2r_seed + attempt, logprobs=False, **constraint)
+                    for k in pending]
         failure = ""
         try:
             results = engine.generate(requests)
@@ -160,6 +188,8 @@ def judge(engine: Any, prompts: Sequence[str | None], settings: Ev2RSettings) ->
                 continue
             text = result.candidates[0].text
             scores, error = parse_judge_counts(text)
+            if error and result.candidates[0].finish_reason == "length":
+                error = f"length: {error}"  # cut by the budget, not a malformed answer
             attempts[k].append({"seed": settings.ev2r_seed + attempt, "text": text, "error": error})
             if scores is None:
                 still.append(k)

@@ -1,6 +1,12 @@
 """AIC over a batch of claims: store → chunks → per-claim FAISS index → k nearest → MMR → l sources; BM25 few-shot;
 one LLM call per claim; parse, retry what does not parse, record what still does not as a failure.
 
+With ``constrained`` (the default, unless ``thinking`` is on) each call carries the claim's answer schema
+(``prompt.answer_schema`` over its own sources) and asks for ``prompt.answer_budget`` new tokens, the longest answer
+the schema admits; retries stay constrained (another seed, at ``retry_temperature``). Unconstrained, the call asks
+for ``max_new_tokens`` and may start after ``answer_prefix``. A parse failure of an answer cut by the budget is
+named ``length: …``.
+
 ``AICPipeline(config, engine_config, store, train_claims)`` loads the encoder and the engine once; calling it on
 claim items (``{id, claim, gold}``) returns one record per item, run by ``infer/batch.py`` (resumable, sharded,
 errors isolated). A record keeps the sources verbatim (URL, chunk, context), every attempt's raw text and parse
@@ -18,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from veracity.infer.pipelines.aic.config import AICConfig
-from veracity.infer.pipelines.aic.prompt import parse_aic_answer, prompt_messages
+from veracity.infer.pipelines.aic.prompt import answer_budget, answer_schema, parse_aic_answer, prompt_messages
 from veracity.infer.pipelines.aic.retrieval import ClaimIndexCache, FewShotSelector, select_sources
 from veracity.infer.pipelines.aic.store import KnowledgeStore, chunk_documents
 from veracity.models.engine import EngineConfig, GenerationRequest
@@ -56,7 +62,8 @@ class AICPipeline:
         self.few_shot = FewShotSelector(train_claims) if config.few_shot > 0 else None
         self.engine = engine if engine is not None else make_engine(engine_config)
         self.tokenizer = None
-        if config.answer_prefix:
+        self.answer_prefix = "" if config.constrains else config.answer_prefix  # a constrained answer is JSON alone
+        if self.answer_prefix:
             # only a local engine can render the chat template and continue after a prefix
             self.tokenizer = getattr(getattr(self.engine, "engine", self.engine), "tokenizer", None)
             if self.tokenizer is None:
@@ -75,16 +82,26 @@ class AICPipeline:
         item["_seconds"]["retrieval"] += time.perf_counter() - t1
         return [s.to_dict() for s in picked], len(chunks), t1 - t0
 
-    def _request(self, messages: list[dict[str, str]], attempt: int) -> GenerationRequest:
+    def _constraint(self, num_sources: int) -> dict[str, Any]:
+        """The claim's answer schema and its token budget (constrained), or the configured budget."""
+        from veracity.infer.structured import schema_text
+
+        c = self.config
+        if not c.constrains:
+            return {"max_new_tokens": c.max_new_tokens}
+        bounds = (num_sources, c.max_questions, c.question_chars, c.answer_chars)
+        return {"json_schema": schema_text(answer_schema(*bounds)), "max_new_tokens": answer_budget(*bounds)}
+
+    def _request(self, item: Item, attempt: int) -> GenerationRequest:
         from veracity.models.engine import SamplingParams
 
         params = SamplingParams(n=1, temperature=self.config.retry_temperature if attempt else self.config.temperature,
-                                top_p=self.config.top_p, max_new_tokens=self.config.max_new_tokens,
-                                seed=self.config.seed + attempt, logprobs=False)
+                                top_p=self.config.top_p, seed=self.config.seed + attempt, logprobs=False,
+                                **item["_constraint"])
         if self.tokenizer is None:
-            return GenerationRequest(messages=tuple(messages), params=params)
-        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return GenerationRequest(prompt=prompt + self.config.answer_prefix, params=params)
+            return GenerationRequest(messages=tuple(item["_messages"]), params=params)
+        prompt = self.tokenizer.apply_chat_template(item["_messages"], add_generation_prompt=True, tokenize=False)
+        return GenerationRequest(prompt=prompt + self.answer_prefix, params=params)
 
     def __call__(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         items = [{**item, "_seconds": defaultdict(float)} for item in items]
@@ -101,20 +118,24 @@ class AICPipeline:
             item["_messages"] = prompt_messages(item["claim"], item["sources"], examples, self.config.thinking,
                                                 self.config.source_context_chars)
             item["_seconds"]["few_shot"] += time.perf_counter() - t
+            item["_constraint"] = self._constraint(len(item["sources"]))
             item["attempts"], item["_answer"] = [], None
         pending = list(range(n))
         for attempt in range(self.config.parse_retries + 1):
             if not pending:
                 break
             t = time.perf_counter()
-            results = self.engine.generate([self._request(items[k]["_messages"], attempt) for k in pending])
+            requests = [self._request(items[k], attempt) for k in pending]
+            results = self.engine.generate(requests)
             share = (time.perf_counter() - t) / len(pending)
             still = []
-            for k, result in zip(pending, results, strict=True):
+            for k, request, result in zip(pending, requests, results, strict=True):
                 item = items[k]
                 item["_seconds"]["generation"] += share
-                request = self._request(item["_messages"], attempt)
-                record = {"seed": request.params.seed, "temperature": request.params.temperature}
+                # json_schema: the request carried the answer schema (the engine enforces it where it can)
+                record = {"seed": request.params.seed, "temperature": request.params.temperature,
+                          "json_schema": request.params.json_schema is not None,
+                          "max_new_tokens": request.params.max_new_tokens}
                 if not result.ok or not result.candidates:
                     record.update(text="", finish_reason=None, error=f"generation: {result.error or 'no candidate'}")
                     item["attempts"].append(record)
@@ -122,8 +143,10 @@ class AICPipeline:
                         still.append(k)  # a longer prompt will not fit on a retry either
                     continue
                 candidate = result.candidates[0]
-                text = self.config.answer_prefix + candidate.text
+                text = self.answer_prefix + candidate.text
                 answer, error = parse_aic_answer(text, len(item["sources"]), self.config.max_questions)
+                if error and candidate.finish_reason == "length":
+                    error = f"length: {error}"  # cut by the budget, not a malformed answer
                 record.update(text=text, finish_reason=candidate.finish_reason, error=error,
                               prompt_tokens=result.prompt_tokens, new_tokens=candidate.num_tokens)
                 item["attempts"].append(record)

@@ -14,6 +14,11 @@ the highest of those given (``label_from`` says which rule decided). Models drif
 listing drops a ``],`` and two commas), so a body that is not valid JSON is read piece by piece: each
 ``{"question": …}`` object, each verdict's score, the verdict; ``repaired`` marks such answers. Nothing is ever
 taken from another claim: an answer without questions or without any verdict is a parse failure.
+
+:func:`answer_schema` is the same answer as a JSON schema, what a constrained engine holds decoding to (the parser
+stays the final check): every answer the schema admits parses, to the label its scores and verdict give. A
+constrained answer is that JSON object alone — no ``<think>`` block before it, no code fence around it — so the
+pipeline does not constrain a run with ``thinking: on`` and starts no ``answer_prefix`` under a constraint.
 """
 
 from __future__ import annotations
@@ -111,6 +116,82 @@ def prompt_messages(claim: str, sources: Sequence[dict[str, Any]], examples: Seq
         raise ValueError(f"thinking must be one of {sorted(THINKING_SWITCH)}, got {thinking!r}")
     return [{"role": "system", "content": system_prompt(sources, examples, context_chars)},
             {"role": "user", "content": claim + THINKING_SWITCH[thinking]}]
+
+
+# --- the answer's schema ---------------------------------------------------------------------------------------
+
+# Bounds of a constrained answer, in characters. Questions: 200 (AVeriTeC dev's gold questions: median 56, 99th
+# percentile 162, longest 221). Answers: 300 (gold answers: median 136, 22% longer — extractive quotes of up to 2,000
+# characters; a constrained answer ends its text at the bound). The budget counts 4 bytes a text character (a token is
+# at least a byte: structured.token_budget), so 10 such items ask for 20,964 new tokens, though Qwen3-14B writes ~4
+# characters a token; a CPU config with a short context lowers all three (configs/pipelines/aic_embedded.yaml).
+QUESTION_CHARS = 200
+ANSWER_CHARS = 300
+# Whitespace that str.strip() removes beyond ASCII's \s, as the regex escapes of a JSON-schema pattern
+_UNICODE_BLANKS = "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x80, 0x10000)) if c.isspace())
+
+
+def _question_text(max_chars: int) -> dict[str, Any]:
+    """A question the parser keeps: 1..max_chars characters, the first not blank (the parser strips the text and
+    drops an empty question). The pattern carries the length bound: xgrammar ignores maxLength beside a pattern.
+    Its characters are those of the engines' bounded strings (no control character, quote or backslash): xgrammar
+    0.2.8 turns ``.{0,199}`` into a grammar that admits raw control characters and invalid escapes, and with it
+    stops counting the items of the list around it (maxItems); this class keeps both."""
+    return {"type": "string",
+            "pattern": f'^[^\\s{_UNICODE_BLANKS}\\x00-\\x1f"\\\\][^\\x00-\\x1f"\\\\]{{0,{max_chars - 1}}}$'}
+
+
+def _answer_schema(num_sources: int, max_questions: int, question: dict[str, Any],
+                   answer_chars: int) -> dict[str, Any]:
+    item = {
+        "type": "object",
+        "properties": {
+            "question": question,
+            "answer": {"type": "string", "maxLength": answer_chars},
+            # a source the prompt lists (null when it lists none): an id outside them is no source to the parser
+            "source": ({"type": "integer", "minimum": 1, "maximum": num_sources} if num_sources > 0
+                       else {"type": "null"}),
+            "answer_type": {"enum": list(ANSWER_TYPES)},
+        },
+        "required": ["question", "answer", "source", "answer_type"],
+        "additionalProperties": False,
+    }
+    veracity = {verdict: {"type": "integer", "minimum": 1, "maximum": 5} for verdict in VERDICTS}
+    return {
+        "type": "object",
+        "properties": {
+            "questions": {"type": "array", "items": item, "minItems": 1, "maxItems": max_questions},
+            "claim_veracity": {
+                "type": "object",
+                "properties": {**veracity, "veracity_verdict": {"enum": list(VERDICTS)}},
+                "required": [*VERDICTS, "veracity_verdict"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["questions", "claim_veracity"],
+        "additionalProperties": False,
+    }
+
+
+def answer_schema(num_sources: int, max_questions: int = MAX_QUESTIONS, question_chars: int = QUESTION_CHARS,
+                  answer_chars: int = ANSWER_CHARS) -> dict[str, Any]:
+    """The answer as a JSON schema (the Appendix A fields): 1..``max_questions`` items of a question (not blank, at
+    most ``question_chars`` characters), an answer (at most ``answer_chars``), the id of one of the
+    ``num_sources`` sources in the prompt and the answer type; a 1–5 score for each of the four verdicts and the
+    stated verdict. Bounded throughout: :func:`answer_budget` new tokens hold the longest answer it admits."""
+    if max_questions < 1 or question_chars < 1 or answer_chars < 0:
+        raise ValueError("answer_schema needs max_questions >= 1, question_chars >= 1 and answer_chars >= 0")
+    return _answer_schema(num_sources, max_questions, _question_text(question_chars), answer_chars)
+
+
+def answer_budget(num_sources: int, max_questions: int = MAX_QUESTIONS, question_chars: int = QUESTION_CHARS,
+                  answer_chars: int = ANSWER_CHARS) -> int:
+    """``max_new_tokens`` for :func:`answer_schema`: ``structured.token_budget`` of the same schema, its question
+    pattern read as the maxLength it amounts to."""
+    from veracity.infer.structured import token_budget
+
+    return token_budget(_answer_schema(num_sources, max_questions, {"type": "string", "maxLength": question_chars},
+                                       answer_chars))
 
 
 # --- the answer ------------------------------------------------------------------------------------------------
@@ -225,6 +306,12 @@ def _salvage(body: str) -> dict[str, Any] | None:
 
 def _json_body(text: str) -> tuple[dict[str, Any] | None, bool, str | None]:
     """(object, repaired, error) out of the raw model text."""
+    try:  # the whole text one object, as a constrained engine writes it: read as it is, whatever its strings hold
+        whole = json.loads(text)
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict) and ("questions" in whole or "claim_veracity" in whole):
+        return whole, False, None
     result = extract_json_object(text)
     if result.ok and isinstance(result.value, dict) and ("questions" in result.value or
                                                           "claim_veracity" in result.value):
