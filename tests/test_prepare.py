@@ -190,6 +190,41 @@ def test_averitec_outputs(prepared: tuple[Path, dict]) -> None:
     assert task3[0]["reference_article"] == "Satire." and task3[1]["claimant"] == "A politician"
 
 
+
+def test_outputs_only_the_golden_hashes_covered(prepared: tuple[Path, dict]) -> None:
+    """The golden hashes above are regenerated from the loaders, so they only say "unchanged". These outputs had
+    no other check: their content, written down by hand from tests/fixture_data.py."""
+    out, manifest = prepared
+    train = records(out, "averitec_train")
+    assert [(c["id"], c["claim"], c["label"], c["source_split"], c["speaker"]) for c in train] == [
+        ("train-0", "Sean Connery wrote to Steve Jobs (train).", "Refuted", "train", ""),  # null reads as ""
+        ("train-2", "Billie Eilish is destroying the country.", "Conflicting Evidence/Cherrypicking", "train",
+         "A politician")]  # train-1, the empty claim, is dropped and keeps its position in the numbering
+    assert train[0]["origin"] == "averitec/train_first1158.json:2" and train[0]["claim_date"] == "31-10-2020"
+    assert [a["answer_type"] for a in train[0]["questions"][0]["answers"]] == ["Abstractive", "Extractive"]
+    assert manifest["outputs"]["averitec_train"]["events"] == {"filtered:empty_claim": 1}
+    task3 = records(out, "averitec_task3_train")
+    assert [(t["id"], t["claimant"], t["reference_article"]) for t in task3] == [
+        ("train-0", "", "Satire."), ("train-2", "A politician", "")]
+    assert task3[0]["evidence"] == [{"text": "On a satire site. It says so on its about page.",
+                                     "url": "https://a.example/1", "title": "", "passage_id": ""}]
+    assert task3[1]["evidence"] == []
+    for name in ("averitec_fever8_hero_dev", "averitec_fever8_mmr_qwen3_dev"):  # the fixture's CSV, as gold
+        rows = records(out, name)
+        assert [(c["id"], c["claim"], c["label"], c["source_split"]) for c in rows] == [
+            ("dev-0", "Sean Connery wrote to Jobs.", "Refuted", "gold"), ("dev-1", "Billie Eilish.", "Supported",
+                                                                          "gold")], name
+        assert [(q["question"], [a["answer"] for a in q["answers"]]) for q in rows[0]["questions"]] == [
+            ("Where?", ["On a satire site."]), ("Who?", ["Nobody."])], name
+        assert rows[1]["questions"] == [] and {c["source"] for c in rows} == {name}
+    views = {r["meta"]["variant"]: r for r in records(out, "sufficient_facts_vitaminc")}
+    assert set(views) == {"original", "reduced"}
+    assert (views["original"]["label"], views["original"]["evidence_text"]) == (
+        "SUPPORTS", "UNESCO runs it since 2004 .")
+    assert (views["reduced"]["label"], views["reduced"]["evidence_text"]) == ("NOT ENOUGH INFO", "UNESCO runs it")
+    assert views["original"]["claim"] == views["reduced"]["claim"] == "UNESCO launched it in 2004 ."
+    assert views["original"]["split"] == views["reduced"]["split"]
+
 def test_fever8_evidence_round_trip() -> None:
     from veracity.data_prep.averitec import format_fever8_evidence, parse_fever8_evidence
 

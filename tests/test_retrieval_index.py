@@ -43,6 +43,36 @@ def test_golden_bm25_run(index_dir: Path, bench: Path) -> None:
     assert {q: [d for d, _ in h] for q, h in zip(GOLDEN_BM25, hits, strict=True)} == GOLDEN_BM25
 
 
+@pytest.mark.parametrize(("k1", "b"), [(1.5, 0.75), (0.9, 0.3)])
+def test_built_bm25_index_ranks_as_rank_bm25(k1: float, b: float, index_dir: Path, bench: Path,
+                                             tmp_path: Path) -> None:
+    """The golden lists above came from our own code; rank_bm25's BM25Okapi (Lucene IDF, the same tokens, k1 and
+    b; see test_bm25_reference.py for why that makes scores equal up to the factor k1 + 1) gives them independently,
+    and every toy query ranks the same through build_index -> load_index, with non-default k1 and b as well."""
+    from test_bm25_reference import assert_same_ranking, lucene_okapi, reference_ranking
+
+    from veracity.infer.retrieval.analyzers import Analyzer
+    from veracity.infer.retrieval.index import document_text
+
+    if (k1, b) == (1.5, 0.75):  # the default settings: the module's index
+        folder = index_dir
+    else:
+        folder = build_index(bench / "toy_corpus.jsonl", tmp_path / "idx",
+                             IndexSettings(dense=False, stem=True, k1=k1, b=b))
+    index = load_index(folder)
+    assert (index.meta["sparse"]["k1"], index.meta["sparse"]["b"], index.meta["sparse"]["method"]) == (k1, b, "lucene")
+    docs = [json.loads(line) for line in open(bench / "toy_corpus.jsonl")]
+    analyzer = Analyzer(stem=True)
+    doc_ids = [d["doc_id"] for d in docs]
+    reference = lucene_okapi([analyzer(document_text(d, include_title=True)) for d in docs], k1, b)
+    queries = {q["query_id"]: q["text"] for q in map(json.loads, open(bench / "toy_queries.jsonl"))}
+    for query_id, text in queries.items():
+        expected = reference_ranking(reference, doc_ids, analyzer(text), k1)
+        assert_same_ranking(index.sparse.search([text], k=len(docs))[0], expected, query_id)
+        if query_id in GOLDEN_BM25 and (k1, b) == (1.5, 0.75):
+            assert [d for d, _ in expected[:3]] == GOLDEN_BM25[query_id], query_id
+
+
 def test_round_trip_gives_the_same_results(index_dir: Path, bench: Path, tiny_encoder_dir: Path) -> None:
     from veracity.infer.retrieval.dense import DenseEncoder, DenseIndex, FaissParams
 

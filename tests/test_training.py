@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,20 @@ def test_dpo_from_merged_sft_then_merge(sft_run: tuple[Path, Path], tiny_lm_dir:
     assert _changed(_weights(tiny_lm_dir), _weights(sft_merged)), "DPO starts from the SFT-merged model"
     assert all(v.abs().sum() > 0 for k, v in _weights(adapter).items() if "lora_B" in k), "DPO moved its LoRA"
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
-    assert [e for e in state["log_history"] if "rewards/margins" in e], "TRL logs the DPO reward margin"
+    first = next(e for e in state["log_history"] if "rewards/margins" in e)
+    # The reference is the SFT policy: TRL's reference is the SFT-merged model with the DPO adapter disabled, and
+    # the adapter starts with LoRA B = 0, so at step 1 (logged before any update, logging_steps 1) the policy
+    # equals its reference: every reward beta * (log pi - log pi_ref) is 0 and the loss is -log sigmoid(0) = ln 2.
+    # Measured: exactly 0.0 (the zero LoRA delta adds +0.0 to the same float32 activations). Tolerance 1e-4 only
+    # leaves room for rounding if TRL ever computed the reference another way: the log-probs are sums near -530 in
+    # float32 (ulp 6e-5), times beta 0.1. A reference other than the SFT policy (the base model, a random model)
+    # or an adapter that does not start at zero gave first margins of 7e-3 to 2e-2, 70x the tolerance and more.
+    assert first["step"] == 1
+    for key in ("rewards/margins", "rewards/chosen", "rewards/rejected"):
+        assert first[key] == pytest.approx(0.0, abs=1e-4), (key, first)
+    assert first["loss"] == pytest.approx(math.log(2), abs=1e-5)
+    assert any(abs(e["rewards/margins"]) > 1e-3 for e in state["log_history"][1:] if "rewards/margins" in e), \
+        "the margin moves once DPO updates the adapter"
     merged = merge_adapter(str(sft_merged), adapter, tmp_path / "merged")
     changed = _changed(_weights(sft_merged), _weights(merged))
     assert changed and all(k.split(".")[-2] in LORA_TARGETS for k in changed), "base weights did not move"
@@ -197,26 +211,73 @@ def test_dpo_from_merged_sft_then_merge(sft_run: tuple[Path, Path], tiny_lm_dir:
     assert engine.generate([GenerationRequest.chat([{"role": "user", "content": "Claim: x"}], max_new_tokens=3)])[0].ok
 
 
-def test_interrupted_run_resumes_from_the_saved_step(tiny_lm_dir: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+class _Killed(Exception):
+    """Stands for the process dying: raised once the first checkpoint is on disk."""
+
+
+def test_killed_run_resumes_to_the_adapter_of_an_uninterrupted_run(tiny_lm_dir: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kill a run right after its first checkpoint, run the same command again: it continues from checkpoint-2
+    (only the unfinished steps run) and ends with the adapter of a run that was never interrupted.
+
+    5 steps of batch 4 over 12 records cross an epoch boundary (3 steps an epoch), so the resumed run must skip the
+    trained batches of epoch 0 and reshuffle epoch 1 as the uninterrupted run did; LoRA dropout 0.1 makes every
+    step draw from the torch RNG, so the RNG state must come back from the checkpoint too; AdamW's moments and the
+    LR schedule come back from optimizer.pt / scheduler.pt. Everything is float32 on one CPU thread and the
+    checkpoint stores the float32 weights and optimizer state, so the same arithmetic in the same order gives the
+    same bits: the comparison is exact (a batch, an RNG draw or an optimizer moment out of place moves the
+    weights by about the learning rate, 1e-2, far above float32 rounding). Equal weights alone cannot tell a
+    resume from a rerun from step 0 (same seed, same result): the step count does."""
+    import torch
     from transformers import Trainer
+    from transformers.trainer_callback import CallbackHandler
 
     from veracity.train.sft import main
 
     sft_file, _ = _tiny_records(tmp_path)
-    main(["--train_file", str(sft_file), *_common_args(tiny_lm_dir, tmp_path / "run", 2)])  # "interrupted" at 2
+
+    def argv(run: str) -> list[str]:
+        return ["--train_file", str(sft_file), *_common_args(tiny_lm_dir, tmp_path / run, 5), "--lora_dropout", "0.1"]
+
+    reference = main(argv("uninterrupted"))
+
+    real_on_save = CallbackHandler.on_save
+
+    def dies_after_the_first_checkpoint(self, args, state, control):
+        real_on_save(self, args, state, control)
+        raise _Killed(f"killed after saving step {state.global_step}")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CallbackHandler, "on_save", dies_after_the_first_checkpoint)
+        with pytest.raises(_Killed, match="step 2"):
+            main(argv("killed"))
+    run = tmp_path / "killed"
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert not (run / "adapter").exists() and not (run / "COMPLETED").exists()
+
     steps: list[int] = []
-    original = Trainer.training_step
+    real_step = Trainer.training_step
 
     def counting(self, *args, **kwargs):
         steps.append(self.state.global_step)
-        return original(self, *args, **kwargs)
+        return real_step(self, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "training_step", counting)
-    main(["--train_file", str(sft_file), *_common_args(tiny_lm_dir, tmp_path / "run", 4)])
-    assert steps == [2, 3], "only the unfinished steps run again"
-    state = json.loads((tmp_path / "run" / "checkpoint-4" / "trainer_state.json").read_text())
-    assert state["global_step"] == 4
+    resumed = main(argv("killed"))
+    assert steps == [2, 3, 4], "only the unfinished steps run again"
+    assert json.loads((run / "checkpoint-5" / "trainer_state.json").read_text())["global_step"] == 5
+    assert (run / "COMPLETED").exists()
+
+    expected, got = _weights(reference), _weights(resumed)
+    assert expected.keys() == got.keys() and any("lora_B" in k for k in got)
+    initial_b = [k for k in got if "lora_B" in k and not got[k].abs().sum() > 0]
+    assert not initial_b, "training moved every LoRA B from its zero start"
+    different = {k: float((expected[k] - got[k]).abs().max()) for k in got if not torch.equal(expected[k], got[k])}
+    assert not different, (f"the resumed adapter differs from the uninterrupted one in {len(different)} of "
+                           f"{len(got)} tensors, max |diff| {max(different.values()):.2e}")
+    logged = [[e["loss"] for e in json.loads((tmp_path / r / "checkpoint-5" / "trainer_state.json").read_text())[
+        "log_history"] if "loss" in e] for r in ("uninterrupted", "killed")]
+    assert logged[0] == logged[1] and len(logged[0]) == 5, "the same loss at every step"
 
 
 def test_dry_run_8b_matches_the_lora_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
