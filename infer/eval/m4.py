@@ -52,9 +52,9 @@ from typing import Any
 
 import numpy as np
 
+from veracity.data_prep.text import split_sentences
 from veracity.infer.pipelines.uts.citations import ParsedArticle, citable_url, parse_article, strip_citations
 from veracity.infer.pipelines.uts.judge import DEFAULT_JUDGE_PROMPT, check_prompt
-from veracity.infer.pipelines.uts.text import split_sentences
 
 logger = logging.getLogger(__name__)
 METRIC_KEYS = ("m4", "entailment", "citation_recall", "citation_precision", "coverage", "n")

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from veracity.infer.pipelines.uts.text import normalize_space, split_sentences
+from veracity.data_prep.text import normalize_space, split_sentences
 
 URL_PATTERN = r"https?://[^\s;()/?#]+(?:[^\s;()]|\([^\s;()]*\))*"
 CITATION = re.compile(rf"\(source: ({URL_PATTERN}(?:; {URL_PATTERN})*)\)")

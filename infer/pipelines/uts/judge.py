@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from veracity.infer.pipelines.uts.text import normalize_space
+from veracity.data_prep.text import normalize_space
 from veracity.infer.structured import choice_budget
 from veracity.models.engine import Engine, GenerationRequest
 

