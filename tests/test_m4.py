@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from veracity.data_prep.task3_citations import parse_article
 from veracity.infer.eval.m4 import (
     METRIC_KEYS,
     chunk,
@@ -19,7 +20,6 @@ from veracity.infer.eval.m4 import (
     entailment_score,
     score_items,
 )
-from veracity.infer.pipelines.uts.citations import parse_article
 from veracity.infer.pipelines.uts.items import Evidence, TaskItem
 from veracity.infer.pipelines.uts.judge import Verdict
 

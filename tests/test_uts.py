@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from veracity.infer.pipelines.uts.citations import (
+from veracity.data_prep.task3_citations import (
     citable_url,
     format_citation,
     parse_article,

@@ -5,7 +5,7 @@ Usage: veracity eval m4 --articles O/articles.jsonl --items O/items.jsonl --outp
 
 The official scorer is not public: this is our implementation of the paper's description (seed 002, §3), with the
 choices it leaves open made here and written down. Per item, with the article parsed by the one strict citation
-parser (``infer/pipelines/uts/citations.py``):
+parser (``data_prep/task3_citations.py``):
 
 - **entailment** — the generated article (citations stripped) and the reference article are each split into
   sentences (English Punkt) and then into consecutive chunks of ``chunk_sentences`` = 3 sentences (the last may be
@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from veracity.data_prep.task3_citations import ParsedArticle, citable_url, parse_article, strip_citations
 from veracity.data_prep.text import split_sentences
-from veracity.infer.pipelines.uts.citations import ParsedArticle, citable_url, parse_article, strip_citations
 from veracity.infer.pipelines.uts.judge import DEFAULT_JUDGE_PROMPT, check_prompt
 
 logger = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from veracity.data_prep.task3_citations import CITATION_ATTEMPT, format_citation
 from veracity.data_prep.text import normalize_space, split_sentences
-from veracity.infer.pipelines.uts.citations import CITATION_ATTEMPT, format_citation
 from veracity.infer.pipelines.uts.text import MIN_WORDS, boilerplate_reason, host_matches, host_of
 
 FRAMES: dict[str, str] = {

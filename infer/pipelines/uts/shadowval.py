@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from veracity.infer.pipelines.uts.citations import strip_citations
+from veracity.data_prep.task3_citations import strip_citations
 from veracity.infer.pipelines.uts.drafter import AnchorCandidate
 from veracity.infer.pipelines.uts.judge import Verdict
 
