@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from veracity.data_prep.task3_citations import parse_article
+from veracity.data_prep.task3_items import Evidence, TaskItem
 from veracity.infer.eval.m4 import (
     METRIC_KEYS,
     chunk,
@@ -20,7 +21,6 @@ from veracity.infer.eval.m4 import (
     entailment_score,
     score_items,
 )
-from veracity.infer.pipelines.uts.items import Evidence, TaskItem
 from veracity.infer.pipelines.uts.judge import Verdict
 
 

@@ -250,7 +250,7 @@ def test_parse_verdict_and_selective_needs_shadowval() -> None:
 
 
 def test_watclaimcheck_records_load_through_the_task_schema(tmp_path: Path) -> None:
-    from veracity.infer.pipelines.uts.items import read_items
+    from veracity.data_prep.task3_items import read_items
 
     (tmp_path / "articles").mkdir()
     (tmp_path / "articles" / "p1.json").write_text(json.dumps(["First paragraph.", "Second paragraph."]))

@@ -275,7 +275,7 @@ def make_parser() -> Any:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.config import parse_config
     from veracity.data_prep.errors import DataError
-    from veracity.infer.pipelines.uts.items import read_items
+    from veracity.data_prep.task3_items import read_items
     from veracity.infer.pipelines.uts.judge import Judge, NLIJudge
     from veracity.io import write_json, write_jsonl
     from veracity.models.engine import make_engine

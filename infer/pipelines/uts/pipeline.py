@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from veracity.data_prep.task3_items import TaskItem, schema_item
 from veracity.infer.pipelines.uts.config import UTSConfig
 from veracity.infer.pipelines.uts.drafter import (
     StubTemplates,
@@ -21,7 +22,6 @@ from veracity.infer.pipelines.uts.drafter import (
     frame_for,
     lede,
 )
-from veracity.infer.pipelines.uts.items import TaskItem, schema_item
 from veracity.infer.pipelines.uts.shadowval import CiteSlot, JudgeFn, shadow_validate
 from veracity.models.engine import EngineConfig
 

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.task3_items import TaskItem, from_article_item, read_items
 from veracity.infer.pipelines.uts.config import UTSConfig
-from veracity.infer.pipelines.uts.items import TaskItem, from_article_item, read_items
 from veracity.models.engine import EngineConfig
 
 logger = logging.getLogger(__name__)

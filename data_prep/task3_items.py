@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from veracity.data_prep.errors import DataError
+from veracity.data_prep.readers import read_jsonl
 
 
 @dataclass
@@ -151,8 +152,6 @@ def read_items(path: str | Path, articles_dir: str | Path | None = None,
     Raises:
         DataError: a bad record, naming the file, line (or record number in a JSON list) and field.
     """
-    from veracity.data_prep.readers import read_jsonl
-
     path = Path(path)
     articles = Path(articles_dir) if articles_dir else path.parent / "articles"
     reviews = Path(review_dir) if review_dir else path.parent / "review"
