@@ -12,6 +12,7 @@ import pytest
 
 from veracity.data_prep.task3_citations import parse_article
 from veracity.data_prep.task3_items import Evidence, TaskItem
+from veracity.infer.eval.citation_judge import Verdict
 from veracity.infer.eval.m4 import (
     METRIC_KEYS,
     chunk,
@@ -21,7 +22,6 @@ from veracity.infer.eval.m4 import (
     entailment_score,
     score_items,
 )
-from veracity.infer.pipelines.uts.judge import Verdict
 
 
 class StubVerifier:

@@ -16,9 +16,9 @@ from veracity.data_prep.task3_citations import (
     parse_citations,
     strip_citations,
 )
+from veracity.infer.eval.citation_judge import Judge, parse_verdict
 from veracity.infer.pipelines.uts.config import UTSConfig
 from veracity.infer.pipelines.uts.drafter import anchor_candidates, frame_for, render_cite
-from veracity.infer.pipelines.uts.judge import Judge, parse_verdict
 from veracity.infer.pipelines.uts.pipeline import UTSPipeline
 from veracity.infer.pipelines.uts.text import boilerplate_reason, content_sentences, host_of
 from veracity.models.engine import Candidate, Engine, EngineConfig, GenerationRequest, GenerationResult
@@ -224,7 +224,7 @@ def test_selective_emission_drops_rejected_cites() -> None:
 def test_nli_judge_says_yes_at_the_threshold() -> None:
     import numpy as np
 
-    from veracity.infer.pipelines.uts.judge import NLIJudge
+    from veracity.infer.eval.citation_judge import NLIJudge
 
     class Verifier:
         def predict(self, premises, hypotheses):

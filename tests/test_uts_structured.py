@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from veracity.infer.pipelines.uts.config import UTSConfig
-from veracity.infer.pipelines.uts.judge import (
+from veracity.infer.eval.citation_judge import (
     DEFAULT_JUDGE_PROMPT,
     UNCONSTRAINED_MAX_NEW_TOKENS,
     VERDICT_CHOICES,
     Judge,
     parse_verdict,
 )
+from veracity.infer.pipelines.uts.config import UTSConfig
 from veracity.infer.structured import choice_budget
 from veracity.models.decoding import grammar_accepts
 from veracity.models.engine import Candidate, Engine, EngineConfig, GenerationRequest, GenerationResult

@@ -16,7 +16,7 @@ parser (``data_prep/task3_citations.py``):
   reference has no entailment and no M4 (left out of those means).
 - **citation recall** — each cite sentence ``s`` (a sentence with strict citations; its URLs ``U`` the union of
   them) is judged once: is ``s`` without its citations supported by the concatenated evidence texts of ``U``?
-  (The LLM judge of ``infer/pipelines/uts/judge.py``, held to answering ``yes`` or ``no`` unless ``--constrained
+  (The LLM judge of ``infer/eval/citation_judge.py``, held to answering ``yes`` or ``no`` unless ``--constrained
   false``.)
   ``recall = (# supported cite sentences) / (# cite sentences + # malformed citations)``.
 - **citation precision** — a citation ``(s, u)`` is precise when ``s`` is supported and, if ``s`` cites more than one
@@ -43,6 +43,7 @@ count is ``missing_articles`` in ``details.json`` (``metrics.json`` keeps exactl
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -52,9 +53,18 @@ from typing import Any
 
 import numpy as np
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.errors import DataError
+from veracity.data_prep.readers import read_jsonl
 from veracity.data_prep.task3_citations import ParsedArticle, citable_url, parse_article, strip_citations
+from veracity.data_prep.task3_items import read_items
 from veracity.data_prep.text import split_sentences
-from veracity.infer.pipelines.uts.judge import DEFAULT_JUDGE_PROMPT, check_prompt
+from veracity.infer.eval.citation_judge import DEFAULT_JUDGE_PROMPT, Judge, NLIJudge, check_prompt
+from veracity.io import write_json, write_jsonl
+from veracity.models.engine import EngineConfig, make_engine
+from veracity.models.nli import NLIVerifier
+from veracity.rundir import write_run_config
 
 logger = logging.getLogger(__name__)
 METRIC_KEYS = ("m4", "entailment", "citation_recall", "citation_precision", "coverage", "n")
@@ -237,11 +247,6 @@ def score_items(items: Sequence[Any], articles: Mapping[str, str], judge: Callab
 
 def read_articles(path: str | Path) -> dict[str, str]:
     """``{"id", "factchecking_article"}`` records (JSONL or a JSON list) → id → text; bad records are DataErrors."""
-    import json
-
-    from veracity.data_prep.errors import DataError
-    from veracity.data_prep.readers import read_jsonl
-
     path = Path(path)
     if not path.is_file():
         raise DataError(path, None, "no such file")
@@ -266,22 +271,10 @@ def read_articles(path: str | Path) -> dict[str, str]:
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser
-    from veracity.models.engine import EngineConfig
-
-    return parser((M4Config, EngineConfig), prog="veracity eval m4")
+    return parser_for((M4Config, EngineConfig), prog="veracity eval m4")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from veracity.config import parse_config
-    from veracity.data_prep.errors import DataError
-    from veracity.data_prep.task3_items import read_items
-    from veracity.infer.pipelines.uts.judge import Judge, NLIJudge
-    from veracity.io import write_json, write_jsonl
-    from veracity.models.engine import make_engine
-    from veracity.models.nli import NLIVerifier
-    from veracity.rundir import write_run_config
-
     config, engine_config = parse_config(make_parser(), argv)
     try:
         items = read_items(config.items, config.articles_dir, config.review_dir)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from veracity.infer.eval.citation_judge import DEFAULT_JUDGE_PROMPT, check_prompt
 from veracity.infer.pipelines.uts.drafter import FRAMES
-from veracity.infer.pipelines.uts.judge import DEFAULT_JUDGE_PROMPT, check_prompt
 from veracity.infer.pipelines.uts.text import MIN_WORDS
 
 JUDGES = ("llm", "nli")

@@ -58,13 +58,13 @@ class UTSPipeline:
     def __init__(self, config: UTSConfig, engine_config: EngineConfig, judge: JudgeFn | None = None):
         self.config, self.judge, self.engine = config, judge, None
         if config.shadowval and judge is None and config.judge == "nli":
-            from veracity.infer.pipelines.uts.judge import NLIJudge
+            from veracity.infer.eval.citation_judge import NLIJudge
             from veracity.models.nli import NLIVerifier
 
             self.judge = NLIJudge(NLIVerifier(config.judge_nli_model), config.judge_nli_threshold,
                                   config.judge_max_evidence_chars)
         elif config.shadowval and judge is None:
-            from veracity.infer.pipelines.uts.judge import Judge
+            from veracity.infer.eval.citation_judge import Judge
             from veracity.models.engine import make_engine
 
             self.engine = make_engine(engine_config)

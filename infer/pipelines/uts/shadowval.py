@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from veracity.data_prep.task3_citations import strip_citations
+from veracity.infer.eval.citation_judge import Verdict
 from veracity.infer.pipelines.uts.drafter import AnchorCandidate
-from veracity.infer.pipelines.uts.judge import Verdict
 
 JudgeFn = Callable[[Sequence[tuple[str, str]]], list[Verdict]]
 
