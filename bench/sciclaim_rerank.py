@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from veracity.data_prep.checkthat_files import Paper, read_collection, read_posts
 from veracity.infer.pipelines.sciclaimseekers.pipeline import passage_text
 from veracity.infer.pipelines.sciclaimseekers.prompt import rerank_messages
-from veracity.infer.pipelines.sciclaimseekers.task_io import Paper, read_collection, read_posts
 from veracity.models.engine import GenerationRequest
 
 

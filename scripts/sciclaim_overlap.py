@@ -15,8 +15,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from veracity.data_prep.checkthat_files import Post, read_posts, read_submission
 from veracity.infer.eval.sciclaim import checkthat_scores
-from veracity.infer.pipelines.sciclaimseekers.task_io import Post, read_posts, read_submission
 
 
 def split_by_overlap(posts: Sequence[Post], train: Sequence[Post]) -> dict[str, list[Post]]:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from veracity.config import parse_config
+from veracity.data_prep.checkthat_files import read_collection, read_posts
 from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline
 from veracity.infer.pipelines.sciclaimseekers.run import (
     interpolate,
@@ -24,7 +25,6 @@ from veracity.infer.pipelines.sciclaimseekers.run import (
     score_rankings,
     top_ids,
 )
-from veracity.infer.pipelines.sciclaimseekers.task_io import read_collection, read_posts
 from veracity.io import write_json
 
 DENSE = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from veracity import cli
-from veracity.data_prep.errors import DataError
-from veracity.infer.eval.sciclaim import checkthat_scores
-from veracity.infer.pipelines.sciclaimseekers.prompt import SYSTEM_PROMPT, USER_TEMPLATE, parse_score, rerank_messages
-from veracity.infer.pipelines.sciclaimseekers.ranking import interpolate_scores, order_by_llm_scores, order_by_scores
-from veracity.infer.pipelines.sciclaimseekers.task_io import (
+from veracity.data_prep.checkthat_files import (
     read_collection,
     read_posts,
     read_submission,
     write_submission,
 )
+from veracity.data_prep.errors import DataError
+from veracity.infer.eval.sciclaim import checkthat_scores
+from veracity.infer.pipelines.sciclaimseekers.prompt import SYSTEM_PROMPT, USER_TEMPLATE, parse_score, rerank_messages
+from veracity.infer.pipelines.sciclaimseekers.ranking import interpolate_scores, order_by_llm_scores, order_by_scores
 from veracity.infer.retrieval.analyzers import Analyzer
 from veracity.infer.retrieval.fusion import reciprocal_rank_fusion
 
@@ -380,7 +380,7 @@ def test_weight_choice_takes_a_plateau_over_a_spike() -> None:
 # --- fine-tuning the cross-encoder on a task's training posts ---------------------------------------------------
 
 def test_reranker_training_pairs_are_the_gold_and_the_first_wrong_candidates() -> None:
-    from veracity.infer.pipelines.sciclaimseekers.task_io import Paper, Post
+    from veracity.data_prep.checkthat_files import Paper, Post
     from veracity.train.reranker import SplitData, reranking_samples, training_pairs
 
     papers = {k: Paper(k, f"T{k}", f"abstract {k}") for k in "abcdg"}
@@ -513,7 +513,7 @@ def test_the_tuned_recipe_reads_the_model_its_training_config_writes() -> None:
 
 
 def test_overlap_split_separates_posts_whose_gold_a_training_post_has(tmp_path: Path, capsys) -> None:
-    from veracity.infer.pipelines.sciclaimseekers.task_io import Post
+    from veracity.data_prep.checkthat_files import Post
 
     module = _script("sciclaim_overlap")
     train = [Post("t1", "x", ["p0", "p9"]), Post("t2", "y", ["p5"])]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from veracity import cli
+from veracity.data_prep.checkthat_files import read_submission
 from veracity.infer.pipelines.sciclaimseekers.config import UNCONSTRAINED_MAX_NEW_TOKENS, SciClaimConfig
 from veracity.infer.pipelines.sciclaimseekers.prompt import (
     SCORE_MAX_NEW_TOKENS,
@@ -19,7 +20,6 @@ from veracity.infer.pipelines.sciclaimseekers.prompt import (
     USER_TEMPLATE,
     parse_score,
 )
-from veracity.infer.pipelines.sciclaimseekers.task_io import read_submission
 from veracity.models.decoding import grammar_accepts
 
 # --- the format -----------------------------------------------------------------------------------------------

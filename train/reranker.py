@@ -88,10 +88,10 @@ def input_files(args: RerankerArgs, folder: Path) -> tuple[dict[str, Path], Path
 def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
     """The pipeline's RRF heads for the training, selection and report posts (one index for all)."""
     from veracity.config import parse_config
+    from veracity.data_prep.checkthat_files import read_collection, read_posts
     from veracity.data_prep.errors import DataError
     from veracity.infer.pipelines.sciclaimseekers import run
     from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline
-    from veracity.infer.pipelines.sciclaimseekers.task_io import read_collection, read_posts
 
     files, collection = input_files(args, folder)
     posts = {role: read_posts(path) for role, path in files.items()}

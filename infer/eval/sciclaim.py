@@ -18,12 +18,18 @@ unsubmitted posts out instead: they were never asked, not failed.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.checkthat_files import read_posts, read_submission
+from veracity.data_prep.errors import DataError
 from veracity.infer.retrieval.metrics import hit_at_k, reciprocal_rank
+from veracity.io import write_json
 
 logger = logging.getLogger(__name__)
 
@@ -50,19 +56,10 @@ def checkthat_scores(rankings: Mapping[str, Sequence[str]], gold: Mapping[str, S
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((SciClaimEvalArgs,), "veracity eval sciclaim")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float | int]:
-    import sys
-
-    from veracity.config import parse_config
-    from veracity.data_prep.errors import DataError
-    from veracity.infer.pipelines.sciclaimseekers.task_io import read_posts, read_submission
-    from veracity.io import write_json
-
     (args,) = parse_config(make_parser(), argv)
     try:
         rankings = read_submission(args.submission)

@@ -38,7 +38,7 @@ def convert_pickle(pickle_path: str | Path, output: str | Path, trust_pickle: bo
 
     import pandas as pd
 
-    from veracity.infer.pipelines.sciclaimseekers.task_io import read_collection
+    from veracity.data_prep.checkthat_files import read_collection
     from veracity.io import atomic_writer
 
     frame = pd.read_pickle(pickle_path)  # noqa: S301 - the explicit, documented opt-in above

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.checkthat_files import Paper, Post
 from veracity.infer.pipelines.sciclaimseekers.config import SciClaimConfig
 from veracity.infer.pipelines.sciclaimseekers.prompt import SCORE_REGEX, parse_score, rerank_messages
 from veracity.infer.pipelines.sciclaimseekers.ranking import order_by_llm_scores, order_by_scores
-from veracity.infer.pipelines.sciclaimseekers.task_io import Paper, Post
 from veracity.infer.retrieval.fusion import Hits, reciprocal_rank_fusion
 from veracity.models.engine import EngineConfig, GenerationRequest
 

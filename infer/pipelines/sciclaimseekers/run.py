@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.checkthat_files import Post
 from veracity.infer.pipelines.sciclaimseekers.config import SciClaimConfig
 from veracity.infer.pipelines.sciclaimseekers.pipeline import FirstStage, SciClaimPipeline
 from veracity.infer.pipelines.sciclaimseekers.ranking import interpolate_scores
-from veracity.infer.pipelines.sciclaimseekers.task_io import Post
 from veracity.infer.retrieval.fusion import Hits, alpha_fusion, reciprocal_rank_fusion
 from veracity.models.engine import EngineConfig
 
@@ -122,7 +122,7 @@ def run_ablation(config: SciClaimConfig, pipeline: SciClaimPipeline, posts: Sequ
     """Every configuration of the paper's Table 2 (+ α-fusion) on the same first-stage lists."""
     from tqdm.auto import tqdm
 
-    from veracity.infer.pipelines.sciclaimseekers.task_io import write_submission
+    from veracity.data_prep.checkthat_files import write_submission
 
     k = config.top_k
     rrf = f"RRF k={config.rrf_k}"
@@ -188,9 +188,9 @@ def run(config: SciClaimConfig, engine_config: EngineConfig) -> dict[str, Any]:
     """Run the pipeline (or the ablation) with parsed settings."""
     import sys
 
+    from veracity.data_prep.checkthat_files import read_collection, read_posts, write_submission
     from veracity.data_prep.errors import DataError
     from veracity.data_prep.prepared import PreparedDataError
-    from veracity.infer.pipelines.sciclaimseekers.task_io import read_collection, read_posts, write_submission
     from veracity.io import write_json, write_jsonl
     from veracity.rundir import write_run_config
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.readers import read_delimited, read_jsonl
+from veracity.io import atomic_writer
 
 KEY_FIELDS = ("cord_uid", "pubkey", "doc_id", "key", "id")
 TEXT_FIELDS = ("tweet_text", "text")
@@ -102,7 +103,7 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     if suffix == ".jsonl":
         return list(read_jsonl(path))
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: 0.2 s to import, and only a Parquet collection needs it
 
         return [(number, row) for number, row in enumerate(pq.read_table(path).to_pylist(), start=1)]
     if suffix in (".csv", ".tsv"):
@@ -155,8 +156,6 @@ def read_collection(path: str | Path) -> list[Paper]:
 
 def write_submission(path: str | Path, rankings: dict[str, list[str]], top: int = 5) -> None:
     """``post_id<TAB>preds`` (header), ``preds`` the Python list of the top ids, in the order given."""
-    from veracity.io import atomic_writer
-
     with atomic_writer(path) as handle:
         handle.write("post_id\tpreds\n")
         for post_id, ids in rankings.items():
