@@ -45,6 +45,19 @@ def parse_shard(text: str | None) -> tuple[int, int]:
     return i, n
 
 
+def shard_file(stem: str, shard: tuple[int, int], suffix: str = ".jsonl") -> str:
+    """The batch output of one shard: ``<stem>.jsonl`` unsharded, ``<stem>.shard-i-of-n.jsonl`` for shard i/n (the
+    one place that names them: ``infer generate`` and every pipeline run)."""
+    i, n = shard
+    return f"{stem}{suffix}" if n == 1 else f"{stem}.shard-{i}-of-{n}{suffix}"
+
+
+def layout_files(folder: Path, stem: str, shard: tuple[int, int]) -> list[Path]:
+    """Every batch output of ``shard``'s layout in ``folder``: the one file unsharded, the n files of an i/n layout
+    (the shards of one run). Files of another layout (an older sharded or unsharded run) are not in it."""
+    return [folder / shard_file(stem, (i, shard[1])) for i in range(shard[1])]
+
+
 def in_shard(item_id: str, shard: tuple[int, int]) -> bool:
     i, n = shard
     return n == 1 or int(hashlib.sha256(item_id.encode()).hexdigest()[:16], 16) % n == i
@@ -149,7 +162,10 @@ def recover_statuses(path: Path) -> dict[str, str]:
                 record = json.loads(line)
                 statuses[str(record["id"])] = str(record.get("status", "ok"))
             except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{number}: not a batch output record ({error}); refusing to append") from None
+                from veracity.data_prep.errors import DataError
+
+                raise DataError(path, number, f"not a batch output record ({error}); refusing to append (choose "
+                                              "another --output_dir)") from None
     return statuses
 
 
@@ -267,19 +283,12 @@ def _run_locked(items: Iterable[Item], process: Callable[[Sequence[Item]], list[
     with open(output, "a", encoding="utf-8") as handle:
         for first in range(0, len(todo), batch_size):
             chunk = todo[first : first + batch_size]
-            t0 = time.perf_counter()
-            results = _process_isolated(process, chunk)
-            per_item = (time.perf_counter() - t0) / len(chunk)
-            for item, result in zip(chunk, results, strict=True):
-                record: dict[str, Any] = {"id": str(item[id_field]), "seconds": round(per_item, 4)}
-                if isinstance(result, BaseException):
-                    record.update(status="error", error=f"{type(result).__name__}: {result}")
-                    record.update({k: item[k] for k in error_fields if k in item})
+            for record in batch_records(process, chunk, id_field=id_field, error_fields=error_fields):
+                if record["status"] == "error":
                     summary.errors += 1
                     if len(summary.error_examples) < 5:
                         summary.error_examples.append(f"{record['id']}: {record['error']}")
                 else:
-                    record.update(status="ok", result=result)
                     summary.ok += 1
                 handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")  # one write per record
                 summary.processed += 1
@@ -291,6 +300,26 @@ def _run_locked(items: Iterable[Item], process: Callable[[Sequence[Item]], list[
     bar.close()
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def batch_records(process: Callable[[Sequence[Item]], list[Any]], chunk: Sequence[Item], *, id_field: str = "id",
+                  error_fields: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The output records of one batch, as :func:`run_batch` writes them: ``{"id", "seconds", "status": "ok",
+    "result"}`` or ``{"id", "seconds", "status": "error", "error", <error_fields>}`` (the Python API returns the
+    same). A failing item fails alone (:func:`_process_isolated`)."""
+    t0 = time.perf_counter()
+    results = _process_isolated(process, list(chunk))
+    per_item = (time.perf_counter() - t0) / max(len(chunk), 1)
+    records = []
+    for item, result in zip(chunk, results, strict=True):
+        record: dict[str, Any] = {"id": str(item[id_field]), "seconds": round(per_item, 4)}
+        if isinstance(result, BaseException):
+            record.update(status="error", error=f"{type(result).__name__}: {result}")
+            record.update({k: item[k] for k in error_fields if k in item})
+        else:
+            record.update(status="ok", result=result)
+        records.append(record)
+    return records
 
 
 def _process_isolated(process: Callable[[Sequence[Item]], list[Any]], chunk: list[Item]) -> list[Any]:

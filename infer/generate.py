@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.infer.batch import checked_rows, output_lock, parse_shard, run_batch
+from veracity.infer.batch import checked_rows, output_lock, parse_shard, run_batch, shard_file
 from veracity.infer.parsing import extract_json_object
 from veracity.models.engine import Engine, EngineConfig, GenerationRequest, SamplingOptions, SamplingParams
 
@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, sampling, engine_config = parse_config(make_parser(), argv)
     shard = parse_shard(args.shard)
     out = Path(args.output_dir)
-    name = "predictions.jsonl" if shard[1] == 1 else f"predictions.shard-{shard[0]}-of-{shard[1]}.jsonl"
+    name = shard_file("predictions", shard)
     # a bad line, a missing or repeated id or an empty file is a DataError before anything is written
     items = checked_rows(args.input, args.id_field)
     schema = load_schema(args.json_schema)

@@ -36,7 +36,7 @@ def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Pa
 
 
 def _subset(prepared_dir: Path, **config: object) -> list[str]:
-    from veracity.infer.pipelines.r2vc.run import prepared_items
+    from veracity.infer.pipelines.r2vc.items import prepared_items
 
     settings = R2VCConfig(prepared_dir=str(prepared_dir), sources=["vitaminc"], max_examples=3, **config)
     return [item["id"] for item in prepared_items(settings)]
@@ -174,7 +174,7 @@ def test_risk_control_on_other_sources_says_the_guarantee_assumes_exchangeabilit
 
 
 def test_risk_control_scope_on_the_same_sources_and_for_an_older_calibrator(tmp_path: Path) -> None:
-    from veracity.infer.pipelines.r2vc.run import risk_control_scope
+    from veracity.infer.pipelines.r2vc.items import risk_control_scope
     from veracity.models.calibrator import LogisticCalibrator
 
     config = R2VCConfig(abstention="risk_control", calibrator="c.json", sources=list(CERTIFIED_SOURCES))

@@ -231,7 +231,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     from veracity.config import parse_config
     from veracity.infer.eval.r2vc import load_records, table_cell
-    from veracity.infer.pipelines.r2vc.run import evaluated_sources, run
+    from veracity.infer.pipelines.r2vc.items import evaluated_sources
+    from veracity.infer.pipelines.r2vc.run import run
     from veracity.io import write_json
     from veracity.rundir import package_versions, write_run_config
 

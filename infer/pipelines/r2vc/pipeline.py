@@ -29,7 +29,16 @@ from typing import Any
 import numpy as np
 
 from veracity.data_prep.schema import NOT_ENOUGH_INFO
+from veracity.infer.pipelines.contract import Pipeline
 from veracity.infer.pipelines.r2vc.config import R2VCConfig
+from veracity.infer.pipelines.r2vc.items import (
+    load_calibrator,
+    prepared_items,
+    record_scope,
+    risk_control_scope,
+    user_item,
+    user_items,
+)
 from veracity.infer.pipelines.r2vc.prompt import answer_schema, parse_r2vc_answer, prompt_messages
 from veracity.infer.pipelines.r2vc.signals import (
     NLI_TO_LABEL,
@@ -198,7 +207,7 @@ class R2VCPipeline:
             from veracity.models.engine import make_engine
 
             self.engine = make_engine(engine_config)
-        self.verifier = NLIVerifier(config.nli_model, config.nli_batch_size)
+        self.verifier = NLIVerifier(config.nli_model, config.nli_batch_size, backend=config.nli_backend)
         self.calibrator = None
         if config.calibrator:
             from veracity.models.calibrator import LogisticCalibrator
@@ -318,3 +327,65 @@ class R2VCPipeline:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+
+
+class R2VC(Pipeline):
+    """The contract (``contract.py``) of ``veracity infer r2vc``: prepared sources or a claims file in, one claim
+    record per item out, scored by ``veracity eval r2vc`` (plus the risk-control certificate's scope)."""
+
+    name = "r2vc"
+    unit = "claims"
+    config_types = (R2VCConfig, SignalSettings, EngineConfig)
+    error_fields = ("gold", "source")  # eval r2vc counts a failed claim as a wrong answer
+
+    def __init__(self, config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfig):
+        super().__init__(config, settings, engine_config)
+        self.settings, self.engine_config = settings, engine_config
+        self.models: R2VCPipeline | None = None
+        self.scope: dict[str, Any] | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.claims_per_call
+
+    def items(self) -> list[Item]:
+        config = self.config
+        return user_items(config.claims, config.index_dir) if config.claims else prepared_items(config)
+
+    def row_item(self, row: Item, source: str, line: int) -> Item:
+        return user_item(row, source, line, self.config.index_dir)
+
+    def check(self) -> None:
+        self.scope = risk_control_scope(self.config, load_calibrator(self.config))
+
+    def record_extras(self) -> list[dict[str, Any]]:
+        # the certificate's scope is part of the record: what the guarantee was computed on
+        return [{"risk_control_guarantee": self.scope}] if self.scope else []
+
+    def load(self, run_dir: Path) -> None:
+        self.models = R2VCPipeline(self.config, self.settings, self.engine_config)  # checks models and thresholds
+        self.seconds = self.models.seconds
+
+    def model_ids(self) -> dict[str, str]:
+        return self.models.model_ids() if self.models else {}
+
+    def decoding(self) -> dict[str, Any] | None:
+        return self.models.decoding() if self.models else None
+
+    def __call__(self, items: Sequence[Item]) -> list[dict[str, Any] | Exception]:
+        assert self.models is not None, "load() first"
+        return self.models(items)
+
+    def close(self) -> None:
+        if self.models is not None:
+            self.models.close()
+
+    def stats(self) -> dict[str, Any]:
+        return {"verifier": self.models.verifier.stats.to_dict()} if self.models else {}
+
+    def score(self, records: Sequence[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+        from veracity.infer.eval.r2vc import main as evaluate  # the scorer's files: metrics, predictions, report
+
+        metrics = evaluate(["--predictions", str(run_dir / "records.jsonl"), "--output_dir", str(run_dir)])
+        return record_scope(run_dir, metrics, self.scope) if self.scope else metrics
+

@@ -1,0 +1,130 @@
+"""The one driver of every pipeline run: run directory, run record, lock, resume, shards, summary and scoring.
+
+``veracity infer r2vc|aic|sciclaim|uts`` are each a pipeline (:class:`~veracity.infer.pipelines.contract.Pipeline`)
+handed to :func:`run_pipeline`, which
+
+1. reads and checks the items and side files — bad input is a ``DataError`` (or ``PreparedDataError``) before
+   anything is written, and ``veracity.cli`` turns it into one line and exit status 2;
+2. holds the single-writer lock on the batch output (``records.jsonl``, ``records.shard-i-of-n.jsonl`` for
+   ``--shard i/n``: :func:`veracity.infer.batch.shard_file`) from model loading to the last output file;
+3. loads the models and writes ``run_config.yaml`` (configs, models by content, decoding); a resume under another
+   config or other weights — checked against every file of the shard layout — is a ``RunConfigMismatchError``;
+4. runs the batches (:func:`veracity.infer.batch.run_batch`: resumable after a kill, items already recorded are
+   skipped, ``--retry_errors`` re-runs the failed ones, a failing item fails alone);
+5. hands the records of this run's items to the pipeline's ``finish`` (submission files) and writes
+   ``summary.json`` (batch counts, items/s, seconds per stage; a resume with nothing to do keeps the summary of
+   the run that did the work);
+6. unsharded, calls the pipeline's scorer on the records (``metrics.json`` and what each scorer writes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from veracity.infer.batch import latest_records, layout_files, output_lock, parse_shard, run_batch, shard_file
+from veracity.infer.pipelines.contract import Pipeline, Record
+from veracity.io import write_json
+from veracity.rundir import check_resume, to_plain, write_run_config
+
+logger = logging.getLogger(__name__)
+
+
+def layout_records(run_dir: Path, stem: str, shard: tuple[int, int], ids: Sequence[str]) -> list[Record]:
+    """The records of items ``ids`` in the files of this run's shard layout (the last record of an id wins), in
+    the order of ``ids``; an item without a record is left out."""
+    latest: dict[str, Record] = {}
+    for path in layout_files(run_dir, stem, shard):
+        if path.is_file():
+            latest.update((r["id"], r) for r in latest_records(path))
+    return [latest[i] for i in ids if i in latest]
+
+
+def write_record(pipeline: Pipeline, run_dir: Path, output: Path, shard: tuple[int, int]) -> None:
+    """``run_config.yaml``, after checking that every file of the shard layout was made under these settings."""
+    models = pipeline.model_ids()
+    configs = [*pipeline.configs, *pipeline.record_extras()]
+    plain = [to_plain(c) for c in configs] if len(configs) != 1 else to_plain(configs[0])
+    for sibling in layout_files(run_dir, pipeline.records_stem, shard):  # the outputs read every shard of it
+        if sibling != output:
+            check_resume(run_dir / "run_config.yaml", sibling, plain, models)
+    write_run_config(run_dir, *configs, job=f"infer {pipeline.name}", models=models, decoding=pipeline.decoding(),
+                     resumes=output)
+
+
+def run_pipeline(pipeline: Pipeline) -> dict[str, Any]:
+    """Run ``pipeline`` over its configured items into its ``output_dir`` (module docstring); returns the summary,
+    with ``metrics`` when the run was scored.
+
+    Raises:
+        DataError, PreparedDataError: bad input, before anything is written.
+        OutputLockedError: another run is writing the same batch output.
+        RunConfigMismatchError: the output holds records made under other settings or weights.
+    """
+    config = pipeline.config
+    shard = parse_shard(config.shard)
+    out = Path(config.output_dir)
+    items = pipeline.items()
+    pipeline.check()
+    output = out / shard_file(pipeline.records_stem, shard)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with output_lock(output):  # a refused second run must not overwrite the running one's record
+            start = time.perf_counter()
+            pipeline.load(out)
+            try:
+                load_seconds = time.perf_counter() - start
+                write_record(pipeline, out, output, shard)
+                facts = pipeline.prepare(out)
+                summary = run_batch(items, pipeline, output, shard=shard, batch_size=pipeline.batch_size,
+                                    progress=config.progress, retry_errors=config.retry_errors, take_lock=False,
+                                    error_fields=pipeline.error_fields)
+            finally:
+                pipeline.close()
+            records = layout_records(out, pipeline.records_stem, shard, [str(item["id"]) for item in items])
+            facts.update(pipeline.finish(records, out))
+            report = {**summary.to_dict(), **facts, **pipeline.stats(), "load_seconds": round(load_seconds, 2),
+                      "seconds_per_stage": {k: round(v, 2) for k, v in pipeline.seconds.items()}}
+            if pipeline.unit != "items":
+                report[f"{pipeline.unit}_per_second"] = round(summary.items_per_second, 4)
+            if summary.processed or not (out / "summary.json").exists():  # a no-op resume keeps the work's timings
+                write_json(out / "summary.json", report)
+            print(summary)
+            stages = report["seconds_per_stage"]
+            if stages:
+                print("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
+            if shard[1] == 1:
+                metrics = pipeline.score(records, out)
+                if metrics is not None:
+                    report["metrics"] = metrics
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a run that stopped before its first file leaves no empty folder behind
+        raise
+    return json.loads(json.dumps(report, default=str))
+
+
+def entry(cls: type[Pipeline], usage: str) -> tuple[Callable[[], Any], Callable[..., dict[str, Any]],
+                                                    Callable[[Sequence[str] | None], dict[str, Any]]]:
+    """``(make_parser, run, main)`` of ``veracity infer <cls.name>``: the parser over the pipeline's configs, a
+    run on parsed configs, and ``main(argv)`` (what the CLI and the tests call)."""
+    from veracity.config import make_parser as parser_over
+    from veracity.config import parse_config
+
+    def make_parser() -> Any:
+        return parser_over(cls.config_types, prog=f"veracity infer {cls.name}")
+
+    def run(*configs: Any) -> dict[str, Any]:
+        return run_pipeline(cls(*configs))
+
+    def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+        return run(*parse_config(make_parser(), argv))
+
+    make_parser.__doc__ = f"The options of `veracity infer {cls.name}` ({usage})."
+    run.__doc__ = f"Run {cls.name} with parsed configs (what ``main`` does after parsing)."
+    return make_parser, run, main
