@@ -325,7 +325,7 @@ def test_pickle_conversion_is_opt_in(tmp_path: Path, capsys) -> None:
 
 def test_tasks_from_prepared_records(tmp_path: Path) -> None:
     from veracity.data_prep.schema import CorpusDocument, RetrievalQuery
-    from veracity.infer.pipelines.sciclaimseekers.tasks import build_task
+    from veracity.data_prep.sciclaim_tasks import build_task
     from veracity.io import sha256_file, write_jsonl
 
     prep = tmp_path / "prep"

@@ -73,7 +73,7 @@ def input_files(args: RerankerArgs, folder: Path) -> tuple[dict[str, Path], Path
     built once from the prepared records."""
     if args.posts:
         return {"train": Path(args.posts), "selection": Path(str(args.selection_posts))}, Path(str(args.collection))
-    from veracity.infer.pipelines.sciclaimseekers.tasks import build_task
+    from veracity.data_prep.sciclaim_tasks import build_task
 
     paths = build_task(args.prepared_dir, str(args.task), folder / "task")
     splits = {"train": args.train_split, "selection": args.selection_split}
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def write_reranker_card(folder: Path, args: RerankerArgs, init: Path, stats: dict[str, Any],
                         report: dict[str, Any], argv: Sequence[str] | None) -> Path:
-    from veracity.infer.pipelines.sciclaimseekers.tasks import TASKS
+    from veracity.data_prep.sciclaim_tasks import TASKS
     from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
 
     # a built task's posts and papers are the prepared <task> queries and corpus: their licences are those sources'

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 SUBCOMMANDS: dict[str, dict[str, str]] = {
     # a bare `veracity prep` (or one followed by options) prepares the datasets
     "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.train.training_sets",
-              "sciclaim-tasks": "veracity.infer.pipelines.sciclaimseekers.tasks",
+              "sciclaim-tasks": "veracity.data_prep.sciclaim_tasks",
               "sciclaim-collection": "veracity.infer.pipelines.sciclaimseekers.convert"},
     "@eval": {"retrieval": "veracity.infer.retrieval.evaluate", "checkpoint": "veracity.infer.checkpoint_eval",
               "averitec": "veracity.infer.eval.averitec", "r2vc": "veracity.infer.eval.r2vc",

@@ -44,7 +44,7 @@ def resolve_inputs(config: SciClaimConfig) -> tuple[Path, Path]:
         return Path(config.posts), Path(config.collection)
     if not config.task:
         raise ValueError("give --posts and --collection, or --task (with --prepared_dir)")
-    from veracity.infer.pipelines.sciclaimseekers.tasks import build_task
+    from veracity.data_prep.sciclaim_tasks import build_task
 
     paths = build_task(config.prepared_dir, config.task, Path(config.output_dir) / "task")
     if config.split not in paths:

@@ -23,7 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.schema import CorpusDocument, RetrievalQuery
+from veracity.io import atomic_writer
 
 logger = logging.getLogger(__name__)
 TASKS = {"climate_fever": ("climate_fever_corpus", "climate_fever_queries"),
@@ -43,9 +47,6 @@ def _tsv_cell(text: str) -> str:
 
 def build_task(prepared_dir: str | Path, task: str, output_dir: str | Path) -> dict[str, Path]:
     """Write one task's collection and per-split posts files; returns ``{"collection": …, "<split>": …}``."""
-    from veracity.data_prep.prepared import read_prepared
-    from veracity.io import atomic_writer
-
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose from {sorted(TASKS)}")
     corpus_name, queries_name = TASKS[task]
@@ -71,14 +72,10 @@ def build_task(prepared_dir: str | Path, task: str, output_dir: str | Path) -> d
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((TaskArgs,), "veracity prep sciclaim-tasks")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Path]]:
-    from veracity.config import parse_config
-
     (args,) = parse_config(make_parser(), argv)
     built = {task: build_task(args.prepared_dir, task, Path(args.output_dir) / task) for task in args.tasks}
     for task, paths in built.items():
