@@ -28,6 +28,8 @@ class UTSConfig:
     review_dir: str | None = field(default=None, metadata={"help": "WatClaimCheck review article files."})
     output_dir: str = field(default="runs/uts", metadata={"help": "Run directory."})
     items_per_call: int = field(default=8, metadata={"help": "Items per batch (one judge call per round)."})
+    shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the items."})
+    retry_errors: bool = field(default=False, metadata={"help": "Re-run the items whose last record is an error."})
     progress: bool = True
     # --- stub and frames ----------------------------------------------------------------------------------
     frame: str = field(default="host_cite", metadata={"help": f"Cite frame: one of {sorted(FRAMES)}."})

@@ -9,10 +9,15 @@ boilerplate, every judge answer and the outcome of the cite.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from veracity.data_prep.task3_items import TaskItem, schema_item
+from veracity.data_prep.prepared import read_prepared
+from veracity.data_prep.schema import ArticleItem
+from veracity.data_prep.task3_items import TaskItem, from_article_item, read_items, schema_item
+from veracity.infer.pipelines.contract import Pipeline
 from veracity.infer.pipelines.uts.config import UTSConfig
 from veracity.infer.pipelines.uts.drafter import (
     StubTemplates,
@@ -23,6 +28,7 @@ from veracity.infer.pipelines.uts.drafter import (
     lede,
 )
 from veracity.infer.pipelines.uts.shadowval import CiteSlot, JudgeFn, shadow_validate
+from veracity.io import write_jsonl
 from veracity.models.engine import EngineConfig
 
 logger = logging.getLogger(__name__)
@@ -83,3 +89,75 @@ class UTSPipeline:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+
+
+def load_task_items(config: UTSConfig) -> list[TaskItem]:
+    """The items to draft: ``--items``, or the prepared source (of ``--split`` when given), first N in order."""
+    if config.items:
+        items = read_items(config.items, config.articles_dir, config.review_dir)
+    else:
+        records = read_prepared(config.prepared_dir, config.source, [config.split] if config.split else None)
+        items = [from_article_item(r) for r in records if isinstance(r, ArticleItem)]
+    return items[: config.max_examples] if config.max_examples else items
+
+
+class UTS(Pipeline):
+    """The contract (``contract.py``) of ``veracity infer uts``: task items in, one drafted article record per item
+    out; ``items.jsonl`` and ``articles.jsonl`` (the task's submission) made from them. Its scorer, ``veracity eval
+    m4``, needs an LLM judge of its own, so a run does not call it."""
+
+    name = "uts"
+    config_types = (UTSConfig, EngineConfig)
+
+    def __init__(self, config: UTSConfig, engine_config: EngineConfig, judge: JudgeFn | None = None):
+        super().__init__(config, engine_config)
+        self.engine_config, self.judge = engine_config, judge
+        self.models: UTSPipeline | None = None
+        self.task_items: list[dict[str, Any]] = []
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.items_per_call
+
+    def items(self) -> list[dict[str, Any]]:
+        self.task_items = [item.to_dict() for item in load_task_items(self.config)]
+        return self.task_items
+
+    def row_item(self, row: dict[str, Any], source: str, line: int) -> dict[str, Any]:
+        return schema_item(row, Path(source), line).to_dict()
+
+    def load(self, run_dir: Path) -> None:
+        self.models = UTSPipeline(self.config, self.engine_config, self.judge)
+
+    def model_ids(self) -> dict[str, str]:
+        judge = self.models.judge if self.models else None
+        return {"judge": judge.name} if getattr(judge, "name", None) else {}
+
+    def __call__(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        assert self.models is not None, "load() first"
+        start = time.perf_counter()
+        records = self.models(items)
+        self.seconds["shadowval" if self.config.shadowval else "draft"] += time.perf_counter() - start
+        return records
+
+    def close(self) -> None:
+        if self.models is not None:
+            self.models.close()
+
+    def finish(self, records: Sequence[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+        """``items.jsonl`` (the items drafted, in the task-item schema) and ``articles.jsonl``."""
+        items = [r["result"] for r in records if r["status"] == "ok"]
+        write_jsonl(run_dir / "items.jsonl", self.task_items)
+        write_jsonl(run_dir / "articles.jsonl", [{"id": r["id"], "factchecking_article": r["factchecking_article"]}
+                                                 for r in items])
+        outcomes: dict[str, int] = {}
+        for record in items:
+            for outcome, count in record["outcomes"].items():
+                outcomes[outcome] = outcomes.get(outcome, 0) + count
+        logger.info("%d articles → %s; cites: %s", len(items), run_dir / "articles.jsonl", outcomes)
+        return {"items": len(self.task_items), "articles": len(items), "cite_outcomes": outcomes}
+
+    def stats(self) -> dict[str, Any]:
+        judge = self.models.judge if self.models else None
+        return {"judge": judge.stats.to_dict() if hasattr(judge, "stats") else None}
+
