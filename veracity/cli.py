@@ -24,7 +24,7 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
     # a bare `veracity prep` (or one followed by options) prepares the datasets
     "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.train.training_sets",
               "sciclaim-tasks": "veracity.data_prep.sciclaim_tasks",
-              "sciclaim-collection": "veracity.infer.pipelines.sciclaimseekers.convert"},
+              "sciclaim-collection": "veracity.data_prep.checkthat_collection"},
     "@eval": {"retrieval": "veracity.infer.retrieval.evaluate", "checkpoint": "veracity.infer.checkpoint_eval",
               "averitec": "veracity.infer.eval.averitec", "r2vc": "veracity.infer.eval.r2vc",
               "sciclaim": "veracity.infer.eval.sciclaim", "m4": "veracity.infer.eval.m4"},

@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.checkthat_files import read_collection
+from veracity.io import atomic_writer
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +41,7 @@ def convert_pickle(pickle_path: str | Path, output: str | Path, trust_pickle: bo
     if not trust_pickle:
         raise PermissionError(f"{pickle_path}: refusing to unpickle without --trust_pickle true (a pickle can run "
                               "code when loaded; convert only the organisers' file)")
-    import math
-
-    import pandas as pd
-
-    from veracity.data_prep.checkthat_files import read_collection
-    from veracity.io import atomic_writer
+    import pandas as pd  # lazy: heavy to import (it comes with datasets), and only this opt-in conversion needs it
 
     frame = pd.read_pickle(pickle_path)  # noqa: S301 - the explicit, documented opt-in above
 
@@ -62,16 +64,10 @@ def convert_pickle(pickle_path: str | Path, output: str | Path, trust_pickle: bo
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((ConvertArgs,), "veracity prep sciclaim-collection")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import sys
-
-    from veracity.config import parse_config
-
     (args,) = parse_config(make_parser(), argv)
     try:
         count = convert_pickle(args.pickle, args.output, args.trust_pickle)
