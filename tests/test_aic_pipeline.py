@@ -376,8 +376,8 @@ def answer_json(label: str) -> str:
 
 
 def test_pipeline_retries_then_records_failures_without_filling(tmp_path: Path, tiny_encoder_dir: Path) -> None:
+    from veracity.infer.pipelines.aic.outputs import write_outputs
     from veracity.infer.pipelines.aic.pipeline import AICPipeline
-    from veracity.infer.pipelines.aic.run import write_outputs
 
     build_proxy_store(CLAIMS, ["dev-0", "dev-1", "dev-2"], tmp_path / "store", distractors=1,
                       store_id=lambda i: i.split("-")[1])

@@ -71,6 +71,7 @@ class AICConfig:
     # --- run ----------------------------------------------------------------------------------------------
     output_dir: str = field(default="runs/aic", metadata={"help": "Run directory."})
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the claims."})
+    retry_errors: bool = field(default=False, metadata={"help": "Re-run the claims whose last record is an error."})
     evaluate: bool = field(default=True, metadata={"help": "Unsharded runs end with `veracity eval averitec`."})
     progress: bool = True
 

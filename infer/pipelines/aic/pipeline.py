@@ -23,10 +23,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.errors import DataError
 from veracity.infer.pipelines.aic.config import AICConfig
+from veracity.infer.pipelines.aic.outputs import gold_record, load_claims, store_claim_id, write_outputs
 from veracity.infer.pipelines.aic.prompt import answer_budget, answer_schema, parse_aic_answer, prompt_messages
 from veracity.infer.pipelines.aic.retrieval import ClaimIndexCache, FewShotSelector, select_sources
-from veracity.infer.pipelines.aic.store import KnowledgeStore, chunk_documents
+from veracity.infer.pipelines.aic.store import KnowledgeStore, build_proxy_store, chunk_documents
+from veracity.infer.pipelines.contract import Pipeline
+from veracity.io import write_json
+from veracity.models import engine as engines  # engines.make_engine looked up at load time (tests replace it)
 from veracity.models.engine import EngineConfig, GenerationRequest
 
 logger = logging.getLogger(__name__)
@@ -178,3 +183,126 @@ class AICPipeline:
 
     def close(self) -> None:
         self.engine.close()
+
+
+def retrieval_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """How much of what was retrieved came from the claim's own documents (proxy stores mark them)."""
+    results = [r["result"] for r in records if r["status"] == "ok"]
+    if not results:
+        return {}
+    n = len(results)
+    return {"claims": n, "mean_chunks": round(sum(r["n_chunks"] for r in results) / n, 2),
+            "mean_sources": round(sum(len(r["sources"]) for r in results) / n, 2),
+            "mean_own_sources": round(sum(r["own_sources"] for r in results) / n, 2),
+            "claims_with_an_own_source": round(sum(r["own_sources"] > 0 for r in results) / n, 4)}
+
+
+def seconds_per_claim(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean seconds per claim of each stage over every recorded claim (resumed runs included)."""
+    results = [r["result"] for r in records if r["status"] == "ok"]
+    return {s: round(sum(r["seconds"][s] for r in results) / max(len(results), 1), 3) for s in STAGES}
+
+
+class AIC(Pipeline):
+    """The contract (``contract.py``) of ``veracity infer aic``: prepared AVeriTeC claims in (or a user's
+    ``{id, claim}`` rows through the API), one claim record per item out, the FEVER-8 files made from them and
+    scored by ``veracity eval averitec`` (``<output_dir>/eval``)."""
+
+    name = "aic"
+    unit = "claims"
+    config_types = (AICConfig, EngineConfig)
+
+    def __init__(self, config: AICConfig, engine_config: EngineConfig, engine: Any | None = None):
+        """``engine``: an engine to use instead of building one from ``engine_config`` (tests script one)."""
+        super().__init__(config, engine_config)
+        self.engine_config, self.engine = engine_config, engine
+        self.models: AICPipeline | None = None
+        self.claims: tuple[list[Any], list[Any], list[Any]] | None = None  # (pool, targets, train)
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.claims_per_call
+
+    def _claims(self) -> tuple[list[Any], list[Any], list[Any]]:
+        if self.claims is None:
+            self.claims = load_claims(self.config)
+        return self.claims
+
+    def items(self) -> list[Item]:
+        return [{"id": store_claim_id(c.id), "record_id": c.id, "claim": c.claim, "gold": c.label}
+                for c in self._claims()[1]]
+
+    def row_item(self, row: Item, source: str, line: int) -> Item:
+        """``{id, claim[, gold, record_id]}``: ``id`` is the claim's id in the knowledge store."""
+        if not isinstance(row.get("claim"), str) or not row["claim"].strip():
+            raise DataError(source, line, "missing or empty claim", field="claim")
+        return {"id": str(row["id"]), "record_id": row.get("record_id"), "claim": row["claim"],
+                "gold": row.get("gold")}
+
+    def check(self) -> None:
+        if self.config.knowledge_store is not None:
+            KnowledgeStore(self.config.knowledge_store)  # a store that is not there: named before any write
+
+    def load(self, run_dir: Path) -> None:
+        if self.engine is None:
+            self.engine = engines.make_engine(self.engine_config)
+
+    def model_ids(self) -> dict[str, str]:
+        return {"generator": self.engine.identity} if self.engine is not None else {}
+
+    def decoding(self) -> dict[str, Any] | None:
+        if self.engine is None or not hasattr(self.engine, "decoding"):
+            return None
+        return self.engine.decoding(["json_schema"] if self.config.constrains else [])
+
+    def prepare(self, run_dir: Path) -> dict[str, Any]:
+        """The knowledge store (the proxy one is built in ``<output_dir>/store``), ``gold.json`` of the claims
+        run, and the loaded pipeline."""
+        config = self.config
+        pool, targets, train = self._claims()
+        report: dict[str, Any] = {"knowledge_store": config.knowledge_store}
+        if config.knowledge_store is None:
+            store_dir = run_dir / ("store" if config.proxy_own_documents else "store_distractors_only")
+            report = {"knowledge_store": str(store_dir), "proxy": True,
+                      **build_proxy_store(pool, [c.id for c in targets], store_dir, own=config.proxy_own_documents,
+                                          distractors=config.proxy_distractor_claims, mode=config.proxy_distractors,
+                                          seed=config.proxy_seed, store_id=store_claim_id)}
+        # a claim without gold QA pairs has no evidence score (the scorer refuses it): it runs, but is not in gold
+        write_json(run_dir / "gold.json", [gold_record(c) for c in targets if any(p.answers for p in c.questions)])
+        report["claims_without_gold_evidence"] = sum(not any(p.answers for p in c.questions) for c in targets)
+        self.models = AICPipeline(config, self.engine_config, KnowledgeStore(report["knowledge_store"]), train,
+                                  engine=self.engine)
+        self.seconds = self.models.seconds
+        return {"store": report}
+
+    def __call__(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        assert self.models is not None, "prepare() first"
+        return self.models(items)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+    def finish(self, records: Sequence[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+        """``predictions.json``, ``submission.csv`` and ``failures.jsonl`` from every record of the layout."""
+        counts = write_outputs(run_dir, list(records))
+        facts = {**counts, "retrieval": retrieval_stats(list(records)),
+                 "seconds_per_claim": seconds_per_claim(list(records))}
+        facts["seconds_per_claim"]["total"] = round(sum(facts["seconds_per_claim"].values()), 3)
+        logger.info("retrieval: %s", facts["retrieval"])
+        logger.info("answered %d, failed %d; seconds per claim: %s", counts["answered"], counts["failed"],
+                    ", ".join(f"{k} {v:.2f}" for k, v in facts["seconds_per_claim"].items()))
+        return facts
+
+    def stats(self) -> dict[str, Any]:
+        indexes = self.models.indexes if self.models else None
+        return {"indexes_built": indexes.built, "indexes_reused": indexes.reused} if indexes else {}
+
+    def score(self, records: Sequence[dict[str, Any]], run_dir: Path) -> dict[str, Any] | None:
+        if not self.config.evaluate:
+            return None
+        from veracity.infer.eval.averitec import main as evaluate  # lazy: METEOR (nltk), scipy
+
+        return evaluate(["--predictions", str(run_dir / "submission.csv"), "--gold", str(run_dir / "gold.json"),
+                         "--output_dir", str(run_dir / "eval"), "--progress", "false"])
+
