@@ -17,14 +17,9 @@ from pathlib import Path
 
 from veracity.config import parse_config
 from veracity.data_prep.checkthat_files import read_collection, read_posts
-from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline
-from veracity.infer.pipelines.sciclaimseekers.run import (
-    interpolate,
-    make_parser,
-    resolve_inputs,
-    score_rankings,
-    top_ids,
-)
+from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline, resolve_inputs
+from veracity.infer.pipelines.sciclaimseekers.ranking import interpolate, score_rankings, top_ids
+from veracity.infer.pipelines.sciclaimseekers.run import make_parser
 from veracity.io import write_json
 
 DENSE = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)

@@ -52,7 +52,7 @@ def test_rrf_ties_are_broken_by_doc_id() -> None:
 def test_fused_back_reranker_order_is_rrf_over_reranker_bm25_and_dense() -> None:
     from veracity.infer.pipelines.sciclaimseekers.config import SciClaimConfig
     from veracity.infer.pipelines.sciclaimseekers.pipeline import FirstStage
-    from veracity.infer.pipelines.sciclaimseekers.run import fuse_back
+    from veracity.infer.pipelines.sciclaimseekers.ranking import fuse_back
 
     sparse, dense = [("a", 9.0), ("b", 8.0), ("c", 7.0)], [("b", 0.9), ("a", 0.8), ("d", 0.7)]
     reranked = [("c", 5.0), ("b", 4.0), ("a", 1.0)]  # the reranker lifts c, which only BM25 found (3rd)
@@ -257,7 +257,7 @@ def test_ablation_end_to_end_on_tiny_models(tmp_path: Path, tiny_encoder_dir: Pa
     weights = ["--rerank_dense_weight", "1.5", "--rerank_bm25_weight", "0.5"]
     result = main([*_task(tmp_path), "--embedder", str(tiny_encoder_dir), "--model", str(tiny_lm_dir),
                    "--cross_encoder", str(tiny_cross_encoder), "--ablation", "true", "--ablation_llm_posts", "2",
-                   *weights, "--output_dir", str(out)])
+                   *weights, "--output_dir", str(out)])["metrics"]
     written = json.loads((out / "metrics.json").read_text())
     interpolated = "RRF k=60 + cross-encoder@50, interpolated (dense 1.5, BM25 0.5)"
     names = ["BM25", "dense", "RRF k=60", "α-fusion α=0.5", "RRF k=60 + cross-encoder@50",
@@ -277,7 +277,7 @@ def test_ablation_end_to_end_on_tiny_models(tmp_path: Path, tiny_encoder_dir: Pa
     assert read_submission(tmp_path / "single" / "submission.tsv") == read_submission(
         out / "submissions" / "rrf_k_60_cross_encoder_50_interpolated_dense_1_5_bm25_0_5.tsv")
     assert single["metrics"]["mrr@5"] == pytest.approx(result["rows"][interpolated]["mrr@5"], abs=1e-4)
-    record = json.loads((tmp_path / "single" / "records.jsonl").read_text().splitlines()[0])
+    record = json.loads((tmp_path / "single" / "records.jsonl").read_text().splitlines()[0])["result"]
     assert set(record["cross_encoder_scores"]) == {d for d, _ in record["rrf"]} and record["llm_answers"] is None
     bm25 = read_submission(out / "submissions" / "bm25.tsv")
     assert checkthat_scores(bm25, {"1": ["p0"], "2": ["p1"], "3": ["p2"]})["mrr@5"] == pytest.approx(
@@ -291,7 +291,7 @@ def test_llm_rerank_records_explain_the_order(tmp_path: Path, tiny_encoder_dir: 
     out = tmp_path / "run"
     summary = main([*_task(tmp_path), "--embedder", str(tiny_encoder_dir), "--model", str(tiny_lm_dir),
                     "--reranker", "llm", "--output_dir", str(out), "--top_k", "3"])
-    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(line)["result"] for line in (out / "records.jsonl").read_text().splitlines()]
     unparsable = 0
     for record in records:
         rrf = [(d, s) for d, s in record["rrf"]]

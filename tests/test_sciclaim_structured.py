@@ -86,7 +86,7 @@ def test_constrained_llm_rerank_scores_every_candidate_through_the_cli(tmp_path:
     out = tmp_path / "run"
     assert cli.main(["infer", "sciclaim", *_task(tmp_path), "--embedder", str(tiny_encoder_dir),
                      "--model", str(tiny_lm_dir), "--reranker", "llm", "--output_dir", str(out)]) == 0
-    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(line)["result"] for line in (out / "records.jsonl").read_text().splitlines()]
     assert [r["post_id"] for r in records] == [p for p, _, _ in POSTS]
     per_post = []
     for record in records:
@@ -122,6 +122,6 @@ def test_unconstrained_llm_rerank_asks_as_before(tmp_path: Path, tiny_encoder_di
                     "--reranker", "llm", "--constrained", "false", "--max_examples", "1",
                     "--output_dir", str(tmp_path / "run")])
     assert "constraint" not in summary["llm_rerank"] and summary["llm_rerank"]["pairs"] == 8
-    record = json.loads((tmp_path / "run" / "records.jsonl").read_text().splitlines()[0])
+    record = json.loads((tmp_path / "run" / "records.jsonl").read_text().splitlines()[0])["result"]
     unparsed = sum(a["score"] is None for a in record["llm_answers"])
     assert summary["llm_rerank"]["unparsable"] == unparsed  # a random model's free answers: counted, not hidden

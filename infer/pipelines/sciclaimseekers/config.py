@@ -32,6 +32,10 @@ class SciClaimConfig:
     index_dir: str | None = field(default=None, metadata={
         "help": "Where the collection is indexed (reused while collection and encoder match); "
                 "default <output_dir>/index."})
+    posts_per_call: int = field(default=16, metadata={
+        "help": "Posts per batch (first stage retrieved together; a kill loses at most one batch)."})
+    shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the posts."})
+    retry_errors: bool = field(default=False, metadata={"help": "Re-run the posts whose last record is an error."})
     progress: bool = True
     # --- first stage: BM25 + dense → RRF (SPEC §3) --------------------------------------------------------
     analyzer: str = field(default="social", metadata={
@@ -88,6 +92,8 @@ class SciClaimConfig:
         return bool(self.rerank_dense_weight or self.rerank_bm25_weight)
 
     def __post_init__(self) -> None:
+        if self.posts_per_call < 1:
+            raise ValueError(f"posts_per_call must be >= 1, got {self.posts_per_call}")
         if self.reranker not in RERANKERS:
             raise ValueError(f"reranker must be one of {RERANKERS}, got {self.reranker!r}")
         if self.rerank_dense_weight < 0 or self.rerank_bm25_weight < 0:

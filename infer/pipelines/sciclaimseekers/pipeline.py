@@ -19,23 +19,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.data_prep.checkthat_files import Paper, Post
+from veracity.data_prep.checkthat_files import Paper, Post, read_collection, read_posts, write_submission
+from veracity.data_prep.errors import DataError
+from veracity.data_prep.sciclaim_tasks import build_task
+from veracity.infer.pipelines.contract import Pipeline
+from veracity.infer.pipelines.sciclaimseekers.ablation import (
+    ablation_rankings,
+    ablation_table,
+    llm_posts,
+    markdown_table,
+)
 from veracity.infer.pipelines.sciclaimseekers.config import SciClaimConfig
 from veracity.infer.pipelines.sciclaimseekers.prompt import SCORE_REGEX, parse_score, rerank_messages
-from veracity.infer.pipelines.sciclaimseekers.ranking import order_by_llm_scores, order_by_scores
+from veracity.infer.pipelines.sciclaimseekers.ranking import (
+    FirstStage,
+    fuse_back,
+    interpolate,
+    order_by_llm_scores,
+    order_by_scores,
+    top_ids,
+)
 from veracity.infer.retrieval.fusion import Hits, reciprocal_rank_fusion
+from veracity.io import write_json
 from veracity.models.engine import EngineConfig, GenerationRequest
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class FirstStage:
-    """Each retriever's top ``candidates`` and the RRF head of one post."""
-
-    sparse: Hits
-    dense: Hits
-    fused: Hits
 
 
 @dataclass
@@ -160,3 +168,180 @@ class SciClaimPipeline:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+
+
+def resolve_inputs(config: SciClaimConfig) -> tuple[Path | None, Path]:
+    """(posts, collection): the files given, or those of a task built from prepared records (under
+    ``<output_dir>/task``). Without ``--posts`` (the Python API) posts is None."""
+    if config.task and not (config.posts and config.collection):
+        paths = build_task(config.prepared_dir, config.task, Path(config.output_dir) / "task")
+        if config.split not in paths:
+            splits = sorted(set(paths) - {"collection"})
+            raise DataError(Path(config.output_dir) / "task", None,
+                            f"task {config.task!r} has no split {config.split!r} (has {splits})", field="split")
+        return paths[config.split], paths["collection"]
+    if not config.collection:
+        raise DataError("--collection", None, "give --posts and --collection, or --task (with --prepared_dir)")
+    return (Path(config.posts) if config.posts else None), Path(config.collection)
+
+
+def rerank_record(pipeline: SciClaimPipeline, config: SciClaimConfig, post: Post, stage: FirstStage
+                  ) -> dict[str, Any]:
+    """The configured reranker over one post: its record (both retrievers' heads, the RRF candidates with scores,
+    every LLM answer or cross-encoder score, the final ranking)."""
+    answers, scores = None, {}
+    if config.reranker == "llm":
+        final, answers = pipeline.llm_rerank(post, stage.fused)
+        scores = {a["doc_id"]: a["score"] for a in answers if a["score"] is not None}
+    elif config.reranker == "cross_encoder":
+        final = pipeline.cross_encoder_rerank(post, stage.fused)
+        scores = dict(final)
+    else:
+        final = stage.fused
+    if config.reranker != "none":
+        if config.rerank_fusion:
+            final = fuse_back(final, stage, config)
+        elif config.interpolates:
+            final = interpolate(scores, stage, config)
+    return {"post_id": post.post_id, "text": post.text, "gold": post.gold,
+            "bm25": top_ids(stage.sparse, 10), "dense": top_ids(stage.dense, 10),
+            "rrf": [[d, round(s, 6)] for d, s in stage.fused], "llm_answers": answers,
+            "cross_encoder_scores": {d: round(v, 4) for d, v in scores.items()}
+            if config.reranker == "cross_encoder" else None,
+            "ranking": [[d, round(s, 6)] for d, s in final[: config.top_k]]}
+
+
+class SciClaim(Pipeline):
+    """The contract (``contract.py``) of ``veracity infer sciclaim``: posts in, one record per post out (its
+    ranking and why; with ``ablation``, every configuration's top ids), ``submission.tsv`` made from the records,
+    scored with the CheckThat MRR@5 when every post has gold ids."""
+
+    name = "sciclaim"
+    unit = "posts"
+    config_types = (SciClaimConfig, EngineConfig)
+    error_fields = ("gold",)  # a failed post scores 0 against its gold
+
+    def __init__(self, config: SciClaimConfig, engine_config: EngineConfig):
+        super().__init__(config, engine_config)
+        self.engine_config = engine_config
+        self.models: SciClaimPipeline | None = None
+        self.inputs: tuple[Path | None, Path] | None = None
+        self.papers: list[Paper] | None = None
+        self.posts: list[Post] = []
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.posts_per_call
+
+    def _inputs(self) -> tuple[Path | None, Path]:
+        if self.inputs is None:
+            self.inputs = resolve_inputs(self.config)
+        return self.inputs
+
+    def _papers(self) -> list[Paper]:
+        if self.papers is None:
+            self.papers = read_collection(self._inputs()[1])
+        return self.papers
+
+    def items(self) -> list[dict[str, Any]]:
+        posts_path, _ = self._inputs()
+        if posts_path is None:
+            raise DataError("--posts", None, "give --posts and --collection, or --task (with --prepared_dir)")
+        self.posts = read_posts(posts_path)[: self.config.max_examples or None]
+        self._papers()
+        if self.config.ablation and not all(p.gold for p in self.posts):
+            raise DataError(posts_path, None, "--ablation needs a gold id for every post", field="cord_uid")
+        return [{"id": p.post_id, "text": p.text, "gold": p.gold, "position": k} for k, p in enumerate(self.posts)]
+
+    def row_item(self, row: dict[str, Any], source: str, line: int) -> dict[str, Any]:
+        """``{id, text[, gold]}``: a post and, to score it, its gold paper ids."""
+        if not isinstance(row.get("text"), str) or not row["text"].strip():
+            raise DataError(source, line, "missing or empty post text", field="text")
+        gold = row.get("gold") or []
+        return {"id": str(row["id"]), "text": row["text"], "gold": [gold] if isinstance(gold, str) else list(gold),
+                "position": line - 1}
+
+    def load(self, run_dir: Path) -> None:
+        rerankers = ("llm", "cross_encoder") if self.config.ablation else (self.config.reranker,)
+        self.models = SciClaimPipeline(self.config, self.engine_config, self._papers(), rerankers)
+
+    def model_ids(self) -> dict[str, str]:
+        ids = {}
+        if self.models is not None and self.models.engine is not None:
+            ids["generator"] = self.models.engine.identity
+        if self.models is not None and self.models.cross_encoder is not None:
+            ids["cross_encoder"] = str(self.models.cross_encoder.folder)
+        return ids
+
+    def decoding(self) -> dict[str, Any] | None:
+        engine = self.models.engine if self.models is not None else None
+        return engine.decoding(["regex"] if self.config.constrained else []) if engine is not None else None
+
+    def __call__(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        assert self.models is not None, "load() first"
+        posts = [Post(item["id"], item["text"], list(item.get("gold") or [])) for item in items]
+        start = time.perf_counter()
+        stages = self.models.first_stage(posts)
+        middle = time.perf_counter()
+        if self.config.ablation:
+            n_llm = llm_posts(self.config, len(self.posts) or len(items))
+            records = [{"post_id": post.post_id, "gold": post.gold,
+                        "rankings": ablation_rankings(self.models, self.config, post, stage, item["position"] < n_llm)}
+                       for item, post, stage in zip(items, posts, stages, strict=True)]
+        else:
+            records = [rerank_record(self.models, self.config, post, stage)
+                       for post, stage in zip(posts, stages, strict=True)]
+        self.seconds["first_stage"] += middle - start
+        self.seconds["rerank"] += time.perf_counter() - middle
+        return records
+
+    def close(self) -> None:
+        if self.models is not None:
+            self.models.close()
+
+    def stats(self) -> dict[str, Any]:
+        if self.models is None:
+            return {}
+        return {"llm_rerank": self.models.llm_stats.to_dict(),
+                "cross_encoder": self.models.cross_encoder_stats.to_dict()}
+
+    def _facts(self) -> dict[str, Any]:
+        posts_path, collection_path = self._inputs()
+        return {"posts": len(self.posts), "papers": len(self._papers()), "posts_file": str(posts_path),
+                "collection": str(collection_path), "first_stage_seconds": round(self.seconds["first_stage"], 2)}
+
+    def finish(self, records: Sequence[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+        """``submission.tsv`` (``post_id<TAB>[uid1, …, uid5]``); with ``ablation``, one per configuration under
+        ``submissions/``."""
+        if self.config.ablation:
+            ablation_table(self.config, records, run_dir)
+            return self._facts()
+        rankings = {r["id"]: [d for d, _ in r["result"]["ranking"]] for r in records if r["status"] == "ok"}
+        write_submission(run_dir / "submission.tsv", rankings, self.config.top_k)
+        stats = self.models.llm_stats if self.models is not None else None
+        if self.config.reranker == "llm" and stats is not None:
+            logger.info("LLM rerank: %d pairs, %d unparsable answers (kept in their RRF slot)", stats.pairs,
+                        stats.unparsable)
+        return {**self._facts(), "reranker": self.config.reranker}
+
+    def score(self, records: Sequence[dict[str, Any]], run_dir: Path) -> dict[str, Any] | None:
+        """MRR@5, hit@1, hit@5 over the run's posts (``metrics.json``), when every post has gold ids (a failed
+        post scores 0); with ``ablation``, the table (``metrics.json`` rows, ``results.md``)."""
+        gold = [r.get("gold") if r["status"] == "error" else r["result"]["gold"] for r in records]
+        if not records or not all(gold):
+            return None
+        if self.config.ablation:
+            result = {**self._facts(), **ablation_table(self.config, records), **self.stats()}
+            write_json(run_dir / "metrics.json", result)
+            table = markdown_table(result)
+            (run_dir / "results.md").write_text(table + "\n", encoding="utf-8")
+            print(table)
+            return result
+        from veracity.infer.eval.sciclaim import checkthat_scores
+
+        rankings = {r["id"]: [d for d, _ in r["result"]["ranking"]] for r in records if r["status"] == "ok"}
+        metrics = checkthat_scores(rankings, {r["id"]: g for r, g in zip(records, gold, strict=True)})
+        write_json(run_dir / "metrics.json", metrics)
+        print(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+        return metrics
+

@@ -1,10 +1,26 @@
-"""Pure re-ordering of the fused candidate list by reranker scores (SPEC §3), on plain data."""
+"""Pure re-ordering of the fused candidate list by reranker scores (SPEC §3), on plain data, and the CheckThat
+scores of a set of rankings."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from veracity.infer.retrieval.fusion import Hits, minmax_normalize
+from veracity.data_prep.checkthat_files import Post
+from veracity.infer.eval.sciclaim import checkthat_scores
+from veracity.infer.retrieval.fusion import Hits, minmax_normalize, reciprocal_rank_fusion
+
+METRICS = ("mrr@5", "hit@1", "hit@5")
+
+
+@dataclass
+class FirstStage:
+    """Each retriever's top ``candidates`` and the RRF head of one post."""
+
+    sparse: Hits
+    dense: Hits
+    fused: Hits
 
 
 def order_by_llm_scores(fused: Hits, scores: Sequence[int | None]) -> Hits:
@@ -60,3 +76,31 @@ def interpolate_scores(candidates: Sequence[str], reranker: Mapping[str, float],
              for d in candidates}
     order = sorted(range(len(candidates)), key=lambda i: (-total[candidates[i]], i))
     return [(candidates[i], total[candidates[i]]) for i in order]
+
+
+def top_ids(hits: Hits, top: int) -> list[str]:
+    """The first ``top`` doc ids of a ranking."""
+    return [doc for doc, _ in hits[:top]]
+
+
+def score_rankings(rankings: Mapping[str, Sequence[str]], posts: Sequence[Post]) -> dict[str, float]:
+    """MRR@5, hit@1, hit@5 of post_id → ranked ids against the posts' gold ids (CheckThat definition); a post
+    without a ranking scores 0."""
+    scores = checkthat_scores(rankings, {p.post_id: p.gold for p in posts})
+    return {m: round(float(scores[m]), 4) for m in METRICS}
+
+
+def fuse_back(reranked: Hits, stage: FirstStage, config: Any) -> Hits:
+    """The reranker's order as a third ranking beside BM25's and dense's, fused by RRF k (``rerank_fusion``)."""
+    return reciprocal_rank_fusion([reranked, stage.sparse, stage.dense], config.rrf_k, config.fusion_depth)
+
+
+def interpolate(scores: Mapping[str, float], stage: FirstStage, config: Any) -> Hits:
+    """The reranker's scores of the RRF head summed with the first stage's (``rerank_*_weight``)."""
+    return interpolate_scores([d for d, _ in stage.fused], scores, stage.sparse, stage.dense,
+                              config.rerank_dense_weight, config.rerank_bm25_weight)
+
+
+def interpolated_name(config: Any) -> str:
+    return f"interpolated (dense {config.rerank_dense_weight:g}, BM25 {config.rerank_bm25_weight:g})"
+
