@@ -1,0 +1,223 @@
+"""The one driver behind the four pipelines (infer/pipelines/driver.py): a run killed mid-way resumes and records
+every item exactly once, ``--shard i/n`` splits the items, ``--retry_errors`` re-runs the failed ones, and a
+resume under other settings is refused — the same for R2VC, AIC, SciClaimSeekers and UTS."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pipeline_inputs import (
+    CLAIMS,
+    ITEMS,
+    POSTS,
+    AnswerAll,
+    build_tiny_cross_encoder,
+    write_jsonl,
+    write_posts_and_collection,
+)
+
+from veracity.data_prep.checkthat_files import read_submission
+from veracity.infer.pipelines.aic.pipeline import AIC
+from veracity.infer.pipelines.r2vc.pipeline import R2VC
+from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaim
+from veracity.infer.pipelines.uts.pipeline import UTS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Killed(BaseException):
+    """A stand-in for a kill mid-run: not an Exception, so the batch runner's per-item isolation lets it through."""
+
+
+def kill_after(monkeypatch: pytest.MonkeyPatch, cls: type, n: int) -> list[str]:
+    """Make ``cls``'s batch call die once ``n`` items have been processed; returns the ids processed."""
+    original = cls.__call__
+    done: list[str] = []
+
+    def call(self, items):  # noqa: ANN001, ANN202 - the pipeline's own signature
+        if len(done) >= n:
+            raise Killed(f"killed after {n} items")
+        done.extend(str(item["id"]) for item in items)
+        return original(self, items)
+
+    monkeypatch.setattr(cls, "__call__", call)
+    return done
+
+
+def recorded_ids(path: Path) -> list[str]:
+    return [json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def kill_then_resume(monkeypatch: pytest.MonkeyPatch, cls: type, main, argv: list[str], n: int,  # noqa: ANN001
+                     out: Path) -> dict:
+    """Run, die after ``n`` items, check what was kept, resume; returns the resumed run's report."""
+    with monkeypatch.context() as patch:
+        kill_after(patch, cls, n)
+        with pytest.raises(Killed):
+            main(argv)
+    kept = recorded_ids(out / "records.jsonl")
+    assert len(kept) == n and len(set(kept)) == n  # what the killed run finished is on disk, once
+    assert not (out / "records.jsonl.lock").exists()  # the lock died with it
+    return main(argv)
+
+
+def assert_each_once(path: Path, ids: list[str]) -> None:
+    counts = Counter(recorded_ids(path))
+    assert sorted(counts) == sorted(ids) and set(counts.values()) == {1}, counts
+
+
+# --- R2VC --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
+    from tiny_models import build_tiny_nli
+
+    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
+                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_evidence_titles=False)
+
+
+def test_r2vc_killed_mid_run_resumes_each_claim_once(tiny_verifier: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from veracity.infer.pipelines.r2vc.run import main
+
+    claims = write_jsonl(tmp_path / "claims.jsonl", CLAIMS)
+    out = tmp_path / "run"
+    argv = ["--claims", str(claims), "--use_generator", "false", "--nli_model", str(tiny_verifier),
+            "--claims_per_call", "1", "--output_dir", str(out), "--progress", "false"]
+    report = kill_then_resume(monkeypatch, R2VC, main, argv, 2, out)
+    assert (report["already_done"], report["processed"], report["total_in_shard"]) == (2, 3, 5)
+    assert_each_once(out / "records.jsonl", [c["id"] for c in CLAIMS])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["n"] == 4 and metrics["unlabelled"] == 1  # c4 has no label
+    assert [json.loads(line)["id"] for line in (out / "predictions.jsonl").read_text().splitlines()] == [
+        c["id"] for c in CLAIMS]
+    uninterrupted = tmp_path / "whole"
+    main([*argv[:-4], "--output_dir", str(uninterrupted), "--progress", "false"])
+    assert json.loads((uninterrupted / "metrics.json").read_text()) == metrics
+
+
+# --- AIC ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prepared_averitec(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from veracity.data_prep.prepare import PrepConfig, prepare
+
+    prepared = tmp_path_factory.mktemp("prep_aic")
+    prepare(PrepConfig(data_root=str(data_root), output_dir=str(prepared), datasets=["averitec"]))
+    return prepared
+
+
+@pytest.fixture()
+def scripted_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``veracity infer aic`` with the generator replaced by :class:`AnswerAll` (everything else real)."""
+    import veracity.models.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "make_engine", lambda config: AnswerAll())
+    monkeypatch.setenv("VERACITY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(REPO)
+
+
+def aic_argv(prepared: Path, encoder: Path, out: Path, *extra: str) -> list[str]:
+    return ["--config", "configs/pipelines/aic_embedded.yaml", "--prepared_dir", str(prepared), "--embedder",
+            str(encoder), "--answer_prefix", "", "--cache", "", "--evaluate", "false", "--claims_per_call", "1",
+            "--output_dir", str(out), "--progress", "false", *extra]
+
+
+def test_aic_killed_mid_run_resumes_each_claim_once(prepared_averitec: Path, tiny_encoder_dir: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch, scripted_engine: None) -> None:
+    from veracity.infer.pipelines.aic.run import main
+
+    out = tmp_path / "run"
+    argv = aic_argv(prepared_averitec, tiny_encoder_dir, out)
+    report = kill_then_resume(monkeypatch, AIC, main, argv, 1, out)
+    assert (report["already_done"], report["processed"]) == (1, 1)
+    assert_each_once(out / "records.jsonl", ["0", "2"])  # the prepared dev claims (dev-1 has an empty claim)
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert [(p["claim_id"], p["pred_label"]) for p in predictions] == [("0", "Refuted"), ("2", "Refuted")]
+    assert report["answered"] == 2 and report["failed"] == 0
+
+
+# --- SciClaimSeekers ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
+    return build_tiny_cross_encoder(tmp_path_factory.mktemp("tiny_ce"), tiny_encoder_dir)
+
+
+def sciclaim_argv(folder: Path, encoder: Path, cross_encoder: Path, out: Path, *extra: str) -> list[str]:
+    posts, collection = write_posts_and_collection(folder)
+    return ["--posts", str(posts), "--collection", str(collection), "--embedder", str(encoder), "--max_length",
+            "64", "--reranker", "cross_encoder", "--cross_encoder", str(cross_encoder), "--candidates", "4",
+            "--fusion_depth", "4", "--top_k", "4", "--posts_per_call", "1", "--progress", "false", "--output_dir", str(out), *extra]
+
+
+def test_sciclaim_killed_mid_run_resumes_each_post_once(tiny_encoder_dir: Path, tiny_cross_encoder: Path,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from veracity.infer.pipelines.sciclaimseekers.run import main
+
+    out = tmp_path / "run"
+    argv = sciclaim_argv(tmp_path, tiny_encoder_dir, tiny_cross_encoder, out)
+    report = kill_then_resume(monkeypatch, SciClaim, main, argv, 2, out)
+    assert (report["already_done"], report["processed"]) == (2, 2)
+    ids = [p for p, _, _ in POSTS]
+    assert_each_once(out / "records.jsonl", ids)
+    assert list(read_submission(out / "submission.tsv")) == ids
+    assert report["metrics"]["n"] == 4
+    whole = main([*argv[:-2], "--output_dir", str(tmp_path / "whole")])  # the same ranking as never killed
+    assert read_submission(tmp_path / "whole" / "submission.tsv") == read_submission(out / "submission.tsv")
+    assert whole["metrics"] == report["metrics"]
+
+
+def test_sciclaim_shards_split_the_posts_and_refuse_other_settings(tiny_encoder_dir: Path, tiny_cross_encoder: Path,
+                                                                   tmp_path: Path) -> None:
+    from veracity import cli
+    from veracity.infer.pipelines.sciclaimseekers.run import main
+
+    out = tmp_path / "run"
+    argv = sciclaim_argv(tmp_path, tiny_encoder_dir, tiny_cross_encoder, out)
+    shards = [main([*argv, "--shard", f"{i}/2"]) for i in range(2)]
+    assert all("metrics" not in report for report in shards)  # a shard is not scored alone
+    files = [out / f"records.shard-{i}-of-2.jsonl" for i in range(2)]
+    first, second = (set(recorded_ids(f)) for f in files)
+    assert first.isdisjoint(second) and first | second == {p for p, _, _ in POSTS}
+    shard0 = files[0].read_bytes()
+    with pytest.raises(SystemExit) as stop:  # the other shard under other settings: refused, nothing written
+        cli.main(["infer", "sciclaim", *argv, "--shard", "1/2", "--top_k", "3"])
+    assert stop.value.code == 2 and files[0].read_bytes() == shard0
+
+
+# --- UTS ---------------------------------------------------------------------------------------------------------
+
+
+def test_uts_killed_mid_run_resumes_each_item_once_and_retries_errors_on_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from veracity.infer.pipelines.uts.pipeline import UTSPipeline
+    from veracity.infer.pipelines.uts.run import main
+
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "run"
+    argv = ["--items", str(items), "--items_per_call", "1", "--output_dir", str(out), "--progress", "false"]
+    report = kill_then_resume(monkeypatch, UTS, main, argv, 2, out)
+    ids = [item["id"] for item in ITEMS]
+    assert (report["already_done"], report["processed"]) == (2, 2)
+    assert_each_once(out / "records.jsonl", ids)
+    assert [json.loads(line)["id"] for line in (out / "articles.jsonl").read_text().splitlines()] == ids
+    # an item that fails is an error record; a resume keeps it, --retry_errors true runs it again
+    retry = tmp_path / "retry"
+    argv = [*argv[:-4], "--output_dir", str(retry), "--progress", "false"]
+    draft = UTSPipeline.__call__
+    with monkeypatch.context() as patch:
+        patch.setattr(UTSPipeline, "__call__", lambda self, rows: [ValueError("judge down")] if rows[0]["id"] == "i3"
+                      else draft(self, rows))
+        assert main(argv)["errors"] == 1
+        assert main(argv)["processed"] == 0  # default: a failed item stays failed (as R2VC, AIC, SciClaimSeekers)
+    again = main([*argv, "--retry_errors", "true"])
+    assert (again["retried"], again["ok"]) == (1, 1)
+    assert recorded_ids(retry / "records.jsonl") == ["i1", "i2", "i3", "i4", "i3"]  # appended; the last one wins
+    assert len((retry / "articles.jsonl").read_text().splitlines()) == 4
