@@ -259,7 +259,9 @@ class AIC(Pipeline):
         """The knowledge store (the proxy one is built in ``<output_dir>/store``), ``gold.json`` of the claims
         run, and the loaded pipeline."""
         config = self.config
-        pool, targets, train = self._claims()
+        # the prepared claims: for the proxy store, gold.json and few-shot (a user's store without few-shot: none)
+        needed = config.knowledge_store is None or config.few_shot > 0 or self.claims is not None
+        pool, targets, train = self._claims() if needed else ([], [], [])
         report: dict[str, Any] = {"knowledge_store": config.knowledge_store}
         if config.knowledge_store is None:
             store_dir = run_dir / ("store" if config.proxy_own_documents else "store_distractors_only")

@@ -1,0 +1,157 @@
+"""The Python API: a pipeline loaded once from a recipe, run on your rows, returning the records the command line
+writes.
+
+    from veracity import load_pipeline
+
+    with load_pipeline("configs/pipelines/r2vc_embedded.yaml", model="embedded", calibrator=None) as p:
+        records = p.run([{"id": "1", "claim": "The bridge is 120 m long.", "evidence": ["It is 120 m long."]}])
+    print(records[0]["result"]["prediction"])
+
+A record is what ``records.jsonl`` holds: ``{"id", "status": "ok", "result", "seconds"}`` or ``{"id", "status":
+"error", "error", "seconds"}`` (a failing row fails alone). Keyword overrides are fields of the pipeline's config
+dataclasses, as the command's options are. Nothing is written to a run directory unless ``run_dir`` is given to
+:meth:`LoadedPipeline.run`; caches and indexes a pipeline builds go to a temporary folder removed on ``close()``.
+Rows: R2VC ``{id, claim[, evidence, label]}`` (the ``--claims`` format), AIC ``{id, claim}`` (the claim's id in
+the knowledge store), SciClaimSeekers ``{id, text[, gold]}``, UTS the task-item schema (``items.jsonl``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from veracity.config import load_config_values
+from veracity.data_prep.errors import DataError
+from veracity.infer.batch import IdCheck, batch_records, output_lock, run_batch
+from veracity.infer.pipelines.contract import Item, Pipeline, Record
+
+# recipe file name prefix → (module, class): the pipelines are imported only when one is loaded (torch, numpy)
+PIPELINES = {
+    "r2vc": ("veracity.infer.pipelines.r2vc.pipeline", "R2VC"),
+    "aic": ("veracity.infer.pipelines.aic.pipeline", "AIC"),
+    "sciclaimseekers": ("veracity.infer.pipelines.sciclaimseekers.pipeline", "SciClaim"),
+    "sciclaim": ("veracity.infer.pipelines.sciclaimseekers.pipeline", "SciClaim"),
+    "uts": ("veracity.infer.pipelines.uts.pipeline", "UTS"),
+}
+
+
+def pipeline_class(name: str) -> type[Pipeline]:
+    """The pipeline called ``name`` (``r2vc``, ``aic``, ``sciclaim`` / ``sciclaimseekers``, ``uts``)."""
+    import importlib
+
+    if name not in PIPELINES:
+        raise ValueError(f"unknown pipeline {name!r}; one of {sorted(PIPELINES)}")
+    module, cls = PIPELINES[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+def build_configs(types: tuple[type, ...], values: dict[str, Any]) -> tuple[Any, ...]:
+    """One instance of each config dataclass from ``values`` (a recipe's values with the overrides); a key no
+    dataclass has is a ValueError naming it, and each dataclass checks its own values (``__post_init__``)."""
+    names = [{f.name for f in dataclasses.fields(t) if f.init} for t in types]
+    unknown = set(values) - set().union(*names)
+    if unknown:
+        raise ValueError(f"unknown option(s) {sorted(unknown)}: not fields of {[t.__name__ for t in types]}")
+    return tuple(t(**{k: v for k, v in values.items() if k in fields}) for t, fields in zip(types, names, strict=True))
+
+
+class LoadedPipeline:
+    """A pipeline with its models loaded once; :meth:`run` as often as you like, then :meth:`close` (or use it as a
+    context manager)."""
+
+    def __init__(self, pipeline: Pipeline, scratch: tempfile.TemporaryDirectory | None):
+        self.pipeline, self._scratch = pipeline, scratch
+        self.config = pipeline.config
+        self.closed = False
+
+    def items(self, rows: Iterable[Item], source: str = "rows") -> list[Item]:
+        """Your rows as the pipeline's items (checked: an id on every row, no id twice, the pipeline's fields)."""
+        ids, items = IdCheck(source), []
+        for line, row in enumerate(rows, start=1):
+            if not isinstance(row, dict):
+                raise DataError(source, line, f"expected a mapping, got {type(row).__name__}")
+            ids.check(line, row)
+            items.append(self.pipeline.row_item(row, source, line))
+        return items
+
+    def run(self, rows: Iterable[Item], run_dir: str | Path | None = None) -> list[Record]:
+        """One record per row, in order (module docstring). With ``run_dir``, the records also go to
+        ``<run_dir>/records.jsonl`` with ``run_config.yaml``, as a run of the command does (and a second call with
+        the same rows resumes: rows already recorded are not run again)."""
+        if self.closed:
+            raise RuntimeError("the pipeline is closed; load it again")
+        items = self.items(rows)
+        if run_dir is not None:
+            return self._run_into(items, Path(run_dir))
+        size = max(self.pipeline.batch_size, 1)
+        records = [record for first in range(0, len(items), size)
+                   for record in batch_records(self.pipeline, items[first : first + size],
+                                               error_fields=self.pipeline.error_fields)]
+        return json.loads(json.dumps(records, ensure_ascii=False, default=str))  # as the file holds them
+
+    def _run_into(self, items: list[Item], run_dir: Path) -> list[Record]:
+        from veracity.infer.pipelines.driver import layout_records, write_record
+
+        output = run_dir / "records.jsonl"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with output_lock(output):
+            write_record(self.pipeline, run_dir, output, (0, 1))
+            run_batch(items, self.pipeline, output, batch_size=self.pipeline.batch_size, progress=False,
+                      take_lock=False, error_fields=self.pipeline.error_fields)
+        return layout_records(run_dir, "records", (0, 1), [str(item["id"]) for item in items])
+
+    def close(self) -> None:
+        """Release the engines and remove the temporary folder."""
+        if not self.closed:
+            self.pipeline.close()
+            if self._scratch is not None:
+                self._scratch.cleanup()
+            self.closed = True
+
+    def __enter__(self) -> LoadedPipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_pipeline(config: str | Path | None = None, *, pipeline: str | None = None, **overrides: Any
+                  ) -> LoadedPipeline:
+    """Load a pipeline from a YAML recipe (``configs/pipelines/*.yaml``; its ``base`` chain resolved) with keyword
+    overrides of its config fields, checked and with every model loaded once.
+
+    Args:
+        config: the recipe; its file name says the pipeline (``r2vc_*``, ``aic_*``, ``sciclaimseekers_*``,
+            ``uts_*``) unless ``pipeline`` does. None: the pipeline's defaults.
+        pipeline: ``r2vc``, ``aic``, ``sciclaim`` or ``uts``.
+        overrides: config fields, e.g. ``model="embedded"``, ``nli_model=...``, ``calibrator=None``.
+
+    Raises:
+        DataError, PreparedDataError: a side file (calibrator, knowledge store, collection) is missing or bad.
+        ValueError: an unknown option, or a value the config refuses.
+    """
+    values = load_config_values(config) if config is not None else {}
+    name = pipeline or (Path(config).stem.split("_")[0] if config is not None else None)
+    if name is None:
+        raise ValueError("give a recipe or pipeline='r2vc' | 'aic' | 'sciclaim' | 'uts'")
+    cls = pipeline_class(name)
+    scratch = None
+    if "output_dir" not in overrides:  # no run directory: what the pipeline caches goes to a temporary folder
+        scratch = tempfile.TemporaryDirectory(prefix=f"veracity-{cls.name}-")
+        overrides["output_dir"] = scratch.name
+    loaded = cls(*build_configs(cls.config_types, {**values, **overrides}))
+    run_dir = Path(loaded.config.output_dir)
+    try:
+        loaded.check()
+        loaded.load(run_dir)
+        loaded.prepare(run_dir)
+    except BaseException:
+        loaded.close()
+        if scratch is not None:
+            scratch.cleanup()
+        raise
+    return LoadedPipeline(loaded, scratch)
