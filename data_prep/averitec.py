@@ -6,6 +6,8 @@ the position of the claim in its split file (``dev-0``, ``train-17``), and the `
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from veracity.data_prep.context import LoadContext
 from veracity.data_prep.rows import RawRow
 from veracity.data_prep.schema import (
@@ -90,22 +92,37 @@ def load_averitec_json(ctx: LoadContext, out: str, relative: str, source_split: 
     return ctx.convert(ctx.rows(out, ctx.path(relative), fmt="json"), convert)
 
 
-def parse_fever8_evidence(packed: str) -> list[QAPair]:
-    """Unpack a FEVER-8 ``evi`` string into question/answer pairs."""
+def qa_pair(question: str, answer: str) -> QAPair:
+    """One question with one answer: a pair as the FEVER-8 ``evi`` format and the scorers hold them."""
+    return QAPair(question=question, answers=[QAAnswer(answer=answer)])
+
+
+def flat_pairs(pairs: Iterable[QAPair]) -> list[tuple[str, str]]:
+    """``(question, answer)`` once per answer, in order (FEVER-8's flattening; a question without answers gives
+    none): the pairs the ``evi`` string holds and the AVeriTeC scorers compare."""
+    return [(p.question, a.answer) for p in pairs for a in p.answers]
+
+
+def parse_fever8_evidence(evi: str) -> list[QAPair]:
+    """Split a FEVER-8 ``evi`` string into question–answer pairs (one answer each), taken as written; empty pieces
+    are skipped, as the official scorer does.
+
+    Raises:
+        ValueError: a piece without exactly one question/answer separator.
+    """
     pairs = []
-    for chunk in packed.split(FEVER8_PAIR_SEP):
-        if not chunk.strip():
-            continue
-        question, _, answer = chunk.partition(FEVER8_QA_SEP)
-        pairs.append(QAPair(question=question.strip(), answers=[QAAnswer(answer=answer.strip())]))
+    for number, piece in enumerate((p for p in evi.split(FEVER8_PAIR_SEP) if p != ""), start=1):
+        parts = piece.split(FEVER8_QA_SEP)
+        if len(parts) != 2:
+            raise ValueError(f"QA pair {number} has {len(parts) - 1} question/answer separators (\\t\\t\\n), "
+                             f"expected 1: {piece[:60]!r}")
+        pairs.append(qa_pair(parts[0], parts[1]))
     return pairs
 
 
-def format_fever8_evidence(pairs: list[QAPair]) -> str:
-    """Inverse of :func:`parse_fever8_evidence` (first answer of each question)."""
-    return "".join(
-        f"{p.question}{FEVER8_QA_SEP}{p.answers[0].answer if p.answers else ''}{FEVER8_PAIR_SEP}" for p in pairs
-    )
+def format_fever8_evidence(pairs: Iterable[QAPair]) -> str:
+    """The inverse of :func:`parse_fever8_evidence`: the ``evi`` string, one pair per answer (:func:`flat_pairs`)."""
+    return "".join(f"{question}{FEVER8_QA_SEP}{answer}{FEVER8_PAIR_SEP}" for question, answer in flat_pairs(pairs))
 
 
 def load_fever8_csv(ctx: LoadContext, out: str, relative: str) -> list[AveritecClaim]:
@@ -119,10 +136,15 @@ def load_fever8_csv(ctx: LoadContext, out: str, relative: str) -> list[AveritecC
             raise row.error(f"expected an integer claim id, got {claim_id!r}", field="id")
         if not ctx.first_of_id(out, f"dev-{claim_id}", row):
             return None
+        try:
+            pairs = parse_fever8_evidence(row.str("evi"))
+        except ValueError as error:
+            raise row.error(str(error), field="evi") from None
         return AveritecClaim(
             id=f"dev-{claim_id}", claim=claim, label=_label(row, allow_empty=True), source=out,
             split=ctx.split(claim), origin=row.origin, source_split=row.str("split"),
-            questions=parse_fever8_evidence(row.str("evi")),
+            # prepared records keep the pairs stripped, and a pair of whitespace alone is none
+            questions=[qa_pair(q.strip(), a.strip()) for q, a in flat_pairs(pairs) if (q + a).strip()],
         )
 
     rows = ctx.rows(out, ctx.path(relative), fmt="csv", required=("id", "claim", "evi", "label", "split"))

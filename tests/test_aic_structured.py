@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from veracity.infer.eval.averitec_score import VERDICTS
 from veracity.infer.pipelines.aic.config import AICConfig
 from veracity.infer.pipelines.aic.ev2r import (
     COUNT_KEYS,
@@ -31,7 +32,6 @@ from veracity.infer.pipelines.aic.prompt import (
     choose_label,
     parse_aic_answer,
 )
-from veracity.infer.pipelines.aic.scoring import VERDICTS
 from veracity.infer.structured import END_TOKENS, schema_text
 from veracity.models.decoding import grammar_accepts
 from veracity.models.engine import Candidate, Engine, EngineConfig, GenerationResult

@@ -9,16 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from veracity.data_prep.averitec import flat_pairs, format_fever8_evidence, parse_fever8_evidence, qa_pair
+from veracity.data_prep.schema import QAAnswer, QAPair
 from veracity.infer.eval.averitec import main, read_claims
-from veracity.infer.pipelines.aic.scoring import (
-    QAPair,
+from veracity.infer.eval.averitec_score import (
     aggregate,
     counts_for_averitec,
-    format_evi,
     hungarian_score,
     meteor,
     pairwise_scores,
-    parse_evi,
     question_answer_score,
     question_only_score,
     score_claim,
@@ -40,7 +39,7 @@ def exact(candidate: str, reference: str) -> float:
 
 
 def pairs(*questions: str, answer: str = "a") -> list[QAPair]:
-    return [QAPair(q, answer) for q in questions]
+    return [qa_pair(q, answer) for q in questions]
 
 
 # --- METEOR -------------------------------------------------------------------------------------------------
@@ -121,7 +120,7 @@ def test_no_predicted_pairs_scores_zero() -> None:
 
 def test_qa_strings_are_question_space_answer() -> None:
     seen = []
-    question_answer_score([QAPair("Who?", "Bob.")], [QAPair("Q", "A")], lambda c, r: seen.append((c, r)) or 0.0)
+    question_answer_score([qa_pair("Who?", "Bob.")], [qa_pair("Q", "A")], lambda c, r: seen.append((c, r)) or 0.0)
     assert seen == [("Who? Bob.", "Q A")]
 
 
@@ -136,12 +135,24 @@ def test_predictions_cut_to_first_ten_gold_not() -> None:
 
 
 def test_question_only_deduplicates_gold_questions_qa_does_not() -> None:
-    gold = [QAPair("Who said it?", "A"), QAPair("Who said it?", "B"), QAPair("When?", "C")]
-    predicted = [QAPair("Who said it?", "A"), QAPair("When?", "C")]
+    gold = [qa_pair("Who said it?", "A"), qa_pair("Who said it?", "B"), qa_pair("When?", "C")]
+    predicted = [qa_pair("Who said it?", "A"), qa_pair("When?", "C")]
     assert question_only_score(predicted, gold, exact) == 1.0  # 2 distinct gold questions, both matched
     assert question_answer_score(predicted, gold, exact) == pytest.approx(2 / 3)  # 3 gold pairs, 2 matched
     # predicted questions are not deduplicated: a repeat can match nothing more
     assert question_only_score(pairs("Who said it?", "Who said it?"), gold, exact) == pytest.approx(1 / 2)
+
+
+def test_a_question_with_several_answers_is_one_pair_per_answer() -> None:
+    """The one QAPair (data_prep.schema) holds a question with its answers; the scorers, the judge's text and the
+    evi string read it as FEVER-8 flattens it: one (question, answer) pair per answer, none for no answer."""
+    nested = [QAPair("Who said it?", [QAAnswer("A"), QAAnswer("B")]), QAPair("Unanswered?"), qa_pair("When?", "C")]
+    flat = [qa_pair("Who said it?", "A"), qa_pair("Who said it?", "B"), qa_pair("When?", "C")]
+    predicted = [qa_pair("Who said it?", "B"), qa_pair("Unanswered?", "x")]
+    for score in (question_only_score, question_answer_score):
+        assert score(predicted, nested, exact) == score(predicted, flat, exact)
+    assert format_fever8_evidence(nested) == format_fever8_evidence(flat)
+    assert parse_fever8_evidence(format_fever8_evidence(nested)) == flat
 
 
 # --- the old AVeriTeC criterion -------------------------------------------------------------------------------
@@ -155,8 +166,8 @@ def test_threshold_is_strict() -> None:
 
 
 def test_score_claim_gates_on_qa_not_question_only() -> None:
-    gold = [QAPair("q", "gold answer"), QAPair("q", "another"), QAPair("q2", "x"), QAPair("q3", "y")]
-    predicted = [QAPair("q", "gold answer")]
+    gold = [qa_pair("q", "gold answer"), qa_pair("q", "another"), qa_pair("q2", "x"), qa_pair("q3", "y")]
+    predicted = [qa_pair("q", "gold answer")]
     claim = score_claim("7", "Refuted", gold, "Refuted", predicted, exact)
     assert claim.q_only == pytest.approx(1 / 3) and claim.qa == pytest.approx(1 / 4)  # Q-only > 0.25, Q+A = 0.25
     assert not claim.counted
@@ -183,27 +194,27 @@ def test_aggregate_label_accuracy_and_macro_f1_over_four_verdicts() -> None:
 
 def test_evi_parse_and_format_round_trip() -> None:
     evi = "Where was it published\t\t\nOn Scoopertino\t\t\n\nWho runs it?\t\t\nNobody, it's satire.\t\t\n\n"
-    parsed = parse_evi(evi)
-    assert parsed == [QAPair("Where was it published", "On Scoopertino"),
-                      QAPair("Who runs it?", "Nobody, it's satire.")]
-    assert format_evi(parsed) == evi
-    assert parse_evi("") == []
-    assert parse_evi("q\t\t\n\t\t\n\n") == [QAPair("q", "")]  # an empty answer is still a pair
+    parsed = parse_fever8_evidence(evi)
+    assert parsed == [qa_pair("Where was it published", "On Scoopertino"),
+                      qa_pair("Who runs it?", "Nobody, it's satire.")]
+    assert format_fever8_evidence(parsed) == evi
+    assert parse_fever8_evidence("") == []
+    assert parse_fever8_evidence("q\t\t\n\t\t\n\n") == [qa_pair("q", "")]  # an empty answer is still a pair
     with pytest.raises(ValueError, match="separators"):
-        parse_evi("a question with no answer separator\t\t\n\n")
+        parse_fever8_evidence("a question with no answer separator\t\t\n\n")
 
 
 def write_csv(path: Path, rows: list[tuple[str, str, list[QAPair], str]], split: str) -> Path:
     with open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["id", "claim", "evi", "label", "split"])
-        writer.writerows([(i, claim, format_evi(qa), label, split) for i, claim, qa, label in rows])
+        writer.writerows([(i, claim, format_fever8_evidence(qa), label, split) for i, claim, qa, label in rows])
     return path
 
 
-GOLD = [("0", "claim zero", [QAPair("Who wrote the letter to Steve Jobs?", "A satirical website did.")], "Refuted"),
-        ("1", "claim one", [QAPair("When was the bill passed?", "In March 2020.")], "Supported"),
-        ("2", "claim two", [QAPair("Is the photo real?", "No, it is edited.")], "Refuted")]
+GOLD = [("0", "claim zero", [qa_pair("Who wrote the letter to Steve Jobs?", "A satirical website did.")], "Refuted"),
+        ("1", "claim one", [qa_pair("When was the bill passed?", "In March 2020.")], "Supported"),
+        ("2", "claim two", [qa_pair("Is the photo real?", "No, it is edited.")], "Refuted")]
 
 
 def test_read_claims_round_trip_from_csv(tmp_path: Path) -> None:
@@ -237,7 +248,7 @@ def test_json_predictions_match_csv_predictions(tmp_path: Path, nltk_cache: Path
     monkeypatch.setenv("VERACITY_CACHE", str(nltk_cache))
     gold = write_csv(tmp_path / "gold.csv", GOLD, "gold")
     as_json = [{"claim_id": int(i), "claim": c, "pred_label": label,
-                "evidence": [{"question": p.question, "answer": p.answer} for p in qa]}
+                "evidence": [{"question": q, "answer": a} for q, a in flat_pairs(qa)]}
                for i, c, qa, label in [GOLD[2], GOLD[0]]]
     (tmp_path / "pred.json").write_text(json.dumps(as_json))
     from_json = main(["--predictions", str(tmp_path / "pred.json"), "--gold", str(gold),
@@ -256,7 +267,7 @@ def test_gold_json_in_the_official_layout(tmp_path: Path) -> None:
                                          {"answer": "Y", "answer_type": "Abstractive"}]}]}]
     (tmp_path / "dev.json").write_text(json.dumps(official))
     record = read_claims(tmp_path / "dev.json", "gold")["0"]  # no id: its position, as FEVER-8 numbers dev
-    assert record.pairs == [QAPair("Is it true?", "No. it was staged"), QAPair("Who?", "X"), QAPair("Who?", "Y")]
+    assert record.pairs == [qa_pair("Is it true?", "No. it was staged"), qa_pair("Who?", "X"), qa_pair("Who?", "Y")]
 
 
 def test_bad_files_exit_2_naming_file_line_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

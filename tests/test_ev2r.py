@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from veracity.data_prep.averitec import format_fever8_evidence, qa_pair
+from veracity.data_prep.schema import QAPair
 from veracity.infer.pipelines.aic.ev2r import (
     Ev2RSettings,
     aggregate_ev2r,
@@ -17,7 +19,6 @@ from veracity.infer.pipelines.aic.ev2r import (
     parse_judge_counts,
     score_claims,
 )
-from veracity.infer.pipelines.aic.scoring import QAPair, format_evi
 from veracity.models.engine import Candidate, Engine, GenerationResult
 
 
@@ -75,23 +76,23 @@ def test_parse_judge_counts() -> None:
 
 
 def test_prompt_renders_claim_and_both_sides() -> None:
-    gold, pred = [QAPair("Who?", "Scoopertino.")], [QAPair("Who wrote it?", "A satire site.")]
+    gold, pred = [qa_pair("Who?", "Scoopertino.")], [qa_pair("Who wrote it?", "A satire site.")]
     text = judge_prompt(Ev2RSettings().ev2r_prompt, "The claim.", gold, pred, questions_only=False)
     assert "Claim: The claim." in text
     assert "Reference evidence (human):\nQuestion: Who?\nAnswer: Scoopertino." in text
     assert "Predicted evidence (system):\nQuestion: Who wrote it?\nAnswer: A satire site." in text
     assert evidence_text(pred, questions_only=True) == "Question: Who wrote it?"
-    eleven = [QAPair(f"Q{i}", "a") for i in range(11)]
+    eleven = [qa_pair(f"Q{i}", "a") for i in range(11)]
     assert "Q10" not in judge_prompt("{claim}{reference}{predicted}", "c", gold, eleven, False)  # first 10 only
     with pytest.raises(ValueError, match="predicted"):
         Ev2RSettings(ev2r_prompt="no placeholders {claim} {reference}")
 
 
 def claims() -> list[tuple]:
-    gold = [QAPair("Who?", "X.")]
-    return [("0", "MARK0", "Refuted", gold, "Refuted", [QAPair("q", "a")]),
-            ("1", "MARK1", "Supported", gold, "Supported", [QAPair("q", "a")]),
-            ("2", "MARK2", "Refuted", gold, "Supported", [QAPair("q", "a")]),
+    gold = [qa_pair("Who?", "X.")]
+    return [("0", "MARK0", "Refuted", gold, "Refuted", [qa_pair("q", "a")]),
+            ("1", "MARK1", "Supported", gold, "Supported", [qa_pair("q", "a")]),
+            ("2", "MARK2", "Refuted", gold, "Supported", [qa_pair("q", "a")]),
             ("3", "MARK3", "Refuted", gold, None, [])]  # no prediction: recall 0 without a call
 
 
@@ -131,13 +132,12 @@ def write_csv(path: Path, rows: list[tuple[str, str, list[QAPair], str]], split:
     with open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["id", "claim", "evi", "label", "split"])
-        writer.writerows([(i, claim, format_evi(qa), label, split) for i, claim, qa, label in rows])
+        writer.writerows([(i, claim, format_fever8_evidence(qa), label, split) for i, claim, qa, label in rows])
     return path
 
 
 def test_eval_averitec_with_a_scripted_judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from veracity.infer.eval import averitec
-    from veracity.models import engine as engine_module
     from veracity.models.nltk_data import ensure_nltk_data
 
     cache = tmp_path / "cache"
@@ -145,12 +145,12 @@ def test_eval_averitec_with_a_scripted_judge(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("VERACITY_CACHE", str(cache))
     judge = ScriptedJudge({"MARK0": [counts(2, 2, 2, 2), counts(1, 1, 1, 1)],
                            "MARK1": ["bad", "bad", counts(1, 0, 1, 0)]})
-    monkeypatch.setattr(engine_module, "make_engine", lambda config: judge)
-    gold = write_csv(tmp_path / "gold.csv", [("0", "MARK0", [QAPair("Who?", "X.")], "Refuted"),
-                                             ("1", "MARK1", [QAPair("When?", "2020.")], "Supported"),
-                                             ("2", "MARK2", [QAPair("Where?", "Here.")], "Refuted")], "gold")
-    pred = write_csv(tmp_path / "pred.csv", [("0", "MARK0", [QAPair("Who?", "X.")], "Refuted"),
-                                             ("1", "MARK1", [QAPair("When?", "2021.")], "Supported")], "pred")
+    monkeypatch.setattr(averitec, "make_engine", lambda config: judge)
+    gold = write_csv(tmp_path / "gold.csv", [("0", "MARK0", [qa_pair("Who?", "X.")], "Refuted"),
+                                             ("1", "MARK1", [qa_pair("When?", "2020.")], "Supported"),
+                                             ("2", "MARK2", [qa_pair("Where?", "Here.")], "Refuted")], "gold")
+    pred = write_csv(tmp_path / "pred.csv", [("0", "MARK0", [qa_pair("Who?", "X.")], "Refuted"),
+                                             ("1", "MARK1", [qa_pair("When?", "2021.")], "Supported")], "pred")
     out = tmp_path / "eval"
     metrics = averitec.main(["--predictions", str(pred), "--gold", str(gold), "--output_dir", str(out),
                              "--progress", "false", "--ev2r", "true", "--ev2r_max_claims", "2"])

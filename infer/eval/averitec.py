@@ -13,9 +13,10 @@ writes no row for a claim that failed or raised, so it is a wrong answer, and ``
 ``n_missing_predictions``, under the name every scorer uses) shows how many there were.
 ``--ev2r true`` adds the Ev²R score (``ev2r_*`` keys) with an LLM judge: the judge is the engine options
 (``--engine --model …``, as ``veracity infer generate``), the prompt ``--ev2r_prompt``; see
-``veracity.infer.pipelines.aic.ev2r``.
+``veracity.infer.eval.ev2r``.
 Writes ``metrics.json``, ``per_claim.jsonl`` and ``run_config.yaml``; bad input exits with status 2 and one line
-naming the file, line (or record) and field. Scoring itself is in ``veracity.infer.pipelines.aic.scoring``.
+naming the file, line (or record) and field. Scoring itself is in ``veracity.infer.eval.averitec_score``; the
+``evi`` format in ``veracity.data_prep.averitec``.
 """
 
 from __future__ import annotations
@@ -30,18 +31,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.averitec import flat_pairs, parse_fever8_evidence, qa_pair
 from veracity.data_prep.errors import DataError
-from veracity.infer.pipelines.aic.scoring import (
+from veracity.data_prep.schema import QAPair
+from veracity.infer.eval.averitec_score import (
     MAX_PREDICTED_PAIRS,
     OLD_AVERITEC_THRESHOLD,
     VERDICTS,
     ClaimScore,
-    QAPair,
     aggregate,
-    parse_evi,
     score_claim,
 )
+from veracity.infer.pipelines.aic.ev2r import Ev2RSettings, aggregate_ev2r, score_claims
 from veracity.io import write_json, write_jsonl
+from veracity.models.engine import EngineConfig, make_engine
+from veracity.models.nltk_data import ensure_nltk_data
+from veracity.rundir import write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +101,7 @@ def read_csv(path: Path) -> list[ClaimRecord]:
             if not row["id"].strip():
                 raise DataError(path, start, "empty claim id", "id")
             try:
-                pairs = parse_evi(row["evi"])
+                pairs = parse_fever8_evidence(row["evi"])
             except ValueError as error:
                 raise DataError(path, start, str(error), "evi") from None
             records.append(ClaimRecord(row["id"].strip(), _checked_label(row["label"], path, start, "", "label"),
@@ -111,7 +120,7 @@ def _json_pairs(item: dict[str, Any], path: Path, where: str) -> list[QAPair]:
             if not (isinstance(qa, dict) and all(isinstance(qa.get(k), str) for k in ("question", "answer"))):
                 raise DataError(path, None, f"{where}evidence item {k} is not {{question: str, answer: str}}",
                                 "evidence")
-            pairs.append(QAPair(qa["question"], qa["answer"]))
+            pairs.append(qa_pair(qa["question"], qa["answer"]))
         return pairs
     pairs = []
     for k, question in enumerate(item.get("questions") or []):
@@ -125,7 +134,7 @@ def _json_pairs(item: dict[str, Any], path: Path, where: str) -> list[QAPair]:
             text = answer["answer"]
             if answer.get("answer_type") == "Boolean" and "boolean_explanation" in answer:
                 text += ". " + answer["boolean_explanation"]
-            pairs.append(QAPair(question["question"], text))
+            pairs.append(qa_pair(question["question"], text))
     return pairs
 
 
@@ -177,10 +186,6 @@ def evaluate(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimRecord],
              threshold: float = OLD_AVERITEC_THRESHOLD, progress: bool = False) -> tuple[dict[str, Any],
                                                                                          list[ClaimScore]]:
     """Score every gold claim against the prediction with its id (none: no pairs, no label)."""
-    from tqdm import tqdm
-
-    from veracity.models.nltk_data import ensure_nltk_data
-
     ensure_nltk_data()
     claims = []
     for claim_id, record in tqdm(gold.items(), desc="claims", disable=not progress):
@@ -201,25 +206,18 @@ def per_claim_rows(claims: Sequence[ClaimScore], gold: dict[str, ClaimRecord],
     for c in claims:
         pred = predictions.get(c.id)
         rows.append({"id": c.id, "gold_label": c.gold_label, "pred_label": c.pred_label, "q_only": c.q_only,
-                     "qa": c.qa, "counted": c.counted, "gold_pairs": len(gold[c.id].pairs),
-                     "pred_pairs_scored": min(len(pred.pairs), MAX_PREDICTED_PAIRS) if pred else 0})
+                     "qa": c.qa, "counted": c.counted, "gold_pairs": len(flat_pairs(gold[c.id].pairs)),
+                     "pred_pairs_scored": min(len(flat_pairs(pred.pairs)), MAX_PREDICTED_PAIRS) if pred else 0})
     return rows
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser
-    from veracity.infer.pipelines.aic.ev2r import Ev2RSettings
-    from veracity.models.engine import EngineConfig
-
-    return parser((AveritecEvalArgs, Ev2RSettings, EngineConfig), prog="veracity eval averitec")
+    return parser_for((AveritecEvalArgs, Ev2RSettings, EngineConfig), prog="veracity eval averitec")
 
 
-def evaluate_ev2r(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimRecord], settings: Any,
-                  engine_config: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def evaluate_ev2r(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimRecord], settings: Ev2RSettings,
+                  engine_config: EngineConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Ev²R on the first ``ev2r_max_claims`` gold claims; adds per-claim judge outcomes to ``rows``."""
-    from veracity.infer.pipelines.aic.ev2r import aggregate_ev2r, score_claims
-    from veracity.models.engine import make_engine
-
     chosen = list(gold)[: settings.ev2r_max_claims] if settings.ev2r_max_claims else list(gold)
     claims = []
     for claim_id in chosen:
@@ -245,9 +243,6 @@ def evaluate_ev2r(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimReco
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from veracity.config import parse_config
-    from veracity.rundir import write_run_config
-
     args, ev2r_settings, engine_config = parse_config(make_parser(), argv)
     try:
         gold = read_claims(args.gold, "gold")

@@ -30,8 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from veracity.data_prep.averitec import flat_pairs
+from veracity.data_prep.schema import QAPair
+from veracity.infer.eval.averitec_score import MAX_PREDICTED_PAIRS
 from veracity.infer.parsing import extract_json_object
-from veracity.infer.pipelines.aic.scoring import MAX_PREDICTED_PAIRS, QAPair
 from veracity.infer.structured import schema_text, token_budget
 
 logger = logging.getLogger(__name__)
@@ -99,17 +101,19 @@ class Ev2RSettings:
             raise ValueError(f"ev2r_retries must be >= 0, got {self.ev2r_retries}")
 
 
-def evidence_text(pairs: Sequence[QAPair], questions_only: bool) -> str:
-    """The evidence as the judge reads it: "Question: …" (+ "\\nAnswer: …") blocks."""
+def evidence_text(pairs: Sequence[QAPair], questions_only: bool, max_pairs: int | None = None) -> str:
+    """The evidence as the judge reads it: "Question: …" (+ "\\nAnswer: …") blocks, one per (question, answer)
+    pair (:func:`~veracity.data_prep.averitec.flat_pairs`), the first ``max_pairs`` of them (None: all)."""
+    pairs_read = flat_pairs(pairs)[:max_pairs]
     if questions_only:
-        return "\n".join(f"Question: {p.question}" for p in pairs)
-    return "\n\n".join(f"Question: {p.question}\nAnswer: {p.answer}" for p in pairs)
+        return "\n".join(f"Question: {question}" for question, _ in pairs_read)
+    return "\n\n".join(f"Question: {question}\nAnswer: {answer}" for question, answer in pairs_read)
 
 
 def judge_prompt(template: str, claim: str, reference: Sequence[QAPair], predicted: Sequence[QAPair],
                  questions_only: bool) -> str:
     return template.format(claim=claim, reference=evidence_text(reference, questions_only),
-                           predicted=evidence_text(predicted[:MAX_PREDICTED_PAIRS], questions_only))
+                           predicted=evidence_text(predicted, questions_only, MAX_PREDICTED_PAIRS))
 
 
 def parse_judge_counts(text: str) -> tuple[dict[str, float | None] | None, str | None]:

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.averitec import format_fever8_evidence, qa_pair
 from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.schema import AveritecClaim
 from veracity.infer.pipelines.aic.config import AICConfig
-from veracity.infer.pipelines.aic.scoring import QAPair, format_evi
 from veracity.io import atomic_writer, write_json, write_jsonl
 
 CSV_HEADER = ("id", "claim", "evi", "label", "split")
@@ -74,7 +74,7 @@ def write_outputs(out: Path, records: list[dict[str, Any]]) -> dict[str, int]:
         writer = csv.writer(handle)
         writer.writerow(CSV_HEADER)
         for p in predictions:
-            pairs = [QAPair(e["question"], e["answer"]) for e in p["evidence"]]
-            writer.writerow([p["claim_id"], p["claim"], format_evi(pairs), p["pred_label"], "pred"])
+            pairs = [qa_pair(e["question"], e["answer"]) for e in p["evidence"]]
+            writer.writerow([p["claim_id"], p["claim"], format_fever8_evidence(pairs), p["pred_label"], "pred"])
     write_jsonl(out / "failures.jsonl", failures)
     return {"answered": len(answered), "failed": len(failures)}

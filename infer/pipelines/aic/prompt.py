@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from veracity.data_prep.schema import AVERITEC_LABELS as VERDICTS
 from veracity.infer.parsing import extract_json_object, strip_thinking
-from veracity.infer.pipelines.aic.scoring import VERDICTS
 
 ANSWER_TYPES = ("Boolean", "Extractive", "Abstractive", "Unanswerable")
 MAX_QUESTIONS = 10

@@ -8,10 +8,12 @@ Per claim:
 - the claim counts for the old AVeriTeC score when its Q+A score is strictly above 0.25 and the label matches.
 Over claims: means of the three, plus label accuracy and macro-F1 over the four verdicts.
 
-``evi`` strings (the FEVER-8 CSV column) hold ``question + "\\t\\t\\n" + answer`` pairs, each ended by
-``"\\t\\t\\n\\n"``. METEOR needs NLTK's WordNet and Punkt: call ``veracity.models.nltk_data.ensure_nltk_data()``
-once before ``meteor``; every other function takes the pairwise metric as an argument. The numbers depend on
-nltk's ``word_tokenize``: nltk 3.9.3+ splits at dashes, which the 2025 scorer did not (pinned <3.9.3).
+Evidence is a list of :class:`~veracity.data_prep.schema.QAPair`; a pair here is one (question, answer), a question
+with several answers giving one pair per answer (:func:`~veracity.data_prep.averitec.flat_pairs`). The FEVER-8 CSV's
+``evi`` strings are read and written by ``data_prep/averitec.py``. METEOR needs NLTK's WordNet and Punkt: call
+``veracity.models.nltk_data.ensure_nltk_data()`` once before ``meteor``; every other function takes the pairwise
+metric as an argument. The numbers depend on nltk's ``word_tokenize``: nltk 3.9.3+ splits at dashes, which the
+2025 scorer did not (pinned <3.9.3).
 """
 
 from __future__ import annotations
@@ -21,25 +23,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
-VERDICTS = ("Supported", "Refuted", "Not Enough Evidence", "Conflicting Evidence/Cherrypicking")
+from veracity.data_prep.averitec import flat_pairs
+from veracity.data_prep.schema import AVERITEC_LABELS, QAPair
+
+VERDICTS = AVERITEC_LABELS
 MAX_PREDICTED_PAIRS = 10
 OLD_AVERITEC_THRESHOLD = 0.25  # FEVER-8; the 2024 task reported 0.1 … 0.5
-QA_SEPARATOR = "\t\t\n"
-PAIR_TERMINATOR = "\t\t\n\n"
 
 Metric = Callable[[str, str], float]  # (candidate, reference) -> similarity
-
-
-@dataclass(frozen=True)
-class QAPair:
-    question: str
-    answer: str
-
-    @property
-    def text(self) -> str:
-        """The string METEOR compares: question and answer joined by one space."""
-        return f"{self.question} {self.answer}"
 
 
 @dataclass(frozen=True)
@@ -54,31 +47,10 @@ class ClaimScore:
     counted: bool
 
 
-def parse_evi(evi: str) -> list[QAPair]:
-    """Split an ``evi`` string into QA pairs (empty pieces skipped, as the official scorer does).
-
-    Raises:
-        ValueError: a piece without exactly one question/answer separator.
-    """
-    pairs = []
-    for number, piece in enumerate((p for p in evi.split(PAIR_TERMINATOR) if p != ""), start=1):
-        parts = piece.split(QA_SEPARATOR)
-        if len(parts) != 2:
-            raise ValueError(f"QA pair {number} has {len(parts) - 1} question/answer separators (\\t\\t\\n), "
-                             f"expected 1: {piece[:60]!r}")
-        pairs.append(QAPair(parts[0], parts[1]))
-    return pairs
-
-
-def format_evi(pairs: Iterable[QAPair]) -> str:
-    """The inverse of ``parse_evi``: the FEVER-8 CSV ``evi`` string."""
-    return "".join(f"{p.question}{QA_SEPARATOR}{p.answer}{PAIR_TERMINATOR}" for p in pairs)
-
-
 @lru_cache(maxsize=65536)
 def _tokens(text: str) -> tuple[str, ...]:
     # every string meets ~10 others per claim; tokenising once is the same tokens, faster
-    from nltk import word_tokenize
+    from nltk import word_tokenize  # lazy here and in meteor(): nltk takes 1.5 s to import, only METEOR needs it
 
     return tuple(word_tokenize(text))
 
@@ -107,25 +79,28 @@ def hungarian_score(scores: np.ndarray) -> float:
     Raises:
         ValueError: no gold column (the score is undefined; the official scorer divides by zero).
     """
-    from scipy.optimize import linear_sum_assignment
-
     if scores.shape[1] == 0:
         raise ValueError("no gold items: the evidence score is undefined")
     rows, cols = linear_sum_assignment(scores, maximize=True)
     return float(scores[rows, cols].sum() / scores.shape[1])
 
 
+def qa_text(question: str, answer: str) -> str:
+    """The string METEOR compares for a pair: question and answer joined by one space."""
+    return f"{question} {answer}"
+
+
 def question_only_score(predicted: Sequence[QAPair], gold: Sequence[QAPair], metric: Metric = meteor) -> float:
     """Q-only evidence score: first 10 predicted questions against the distinct gold questions."""
-    pred_questions = [p.question for p in predicted[:MAX_PREDICTED_PAIRS]]
-    gold_questions = list(dict.fromkeys(p.question for p in gold))  # deduplicated, first occurrence order
+    pred_questions = [q for q, _ in flat_pairs(predicted)[:MAX_PREDICTED_PAIRS]]
+    gold_questions = list(dict.fromkeys(q for q, _ in flat_pairs(gold)))  # deduplicated, first occurrence order
     return hungarian_score(pairwise_scores(pred_questions, gold_questions, metric))
 
 
 def question_answer_score(predicted: Sequence[QAPair], gold: Sequence[QAPair], metric: Metric = meteor) -> float:
     """Q+A evidence score: first 10 predicted "question answer" strings against every gold one."""
-    return hungarian_score(pairwise_scores([p.text for p in predicted[:MAX_PREDICTED_PAIRS]],
-                                           [p.text for p in gold], metric))
+    return hungarian_score(pairwise_scores([qa_text(*p) for p in flat_pairs(predicted)[:MAX_PREDICTED_PAIRS]],
+                                           [qa_text(*p) for p in flat_pairs(gold)], metric))
 
 
 def counts_for_averitec(qa: float, pred_label: str | None, gold_label: str,
