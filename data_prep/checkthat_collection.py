@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
 from veracity.data_prep.checkthat_files import read_collection
+from veracity.data_prep.errors import DataError
 from veracity.io import atomic_writer
 
 logger = logging.getLogger(__name__)
@@ -39,8 +39,8 @@ class ConvertArgs:
 def convert_pickle(pickle_path: str | Path, output: str | Path, trust_pickle: bool = False) -> int:
     """Write the DataFrame pickle's rows as JSONL (values JSON-safe: timestamps as ISO strings, NaN as null)."""
     if not trust_pickle:
-        raise PermissionError(f"{pickle_path}: refusing to unpickle without --trust_pickle true (a pickle can run "
-                              "code when loaded; convert only the organisers' file)")
+        raise DataError(pickle_path, None, "refusing to unpickle without --trust_pickle true (a pickle can run code "
+                                           "when loaded; convert only the organisers' file)")
     import pandas as pd  # lazy: heavy to import (it comes with datasets), and only this opt-in conversion needs it
 
     frame = pd.read_pickle(pickle_path)  # noqa: S301 - the explicit, documented opt-in above
@@ -69,10 +69,6 @@ def make_parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     (args,) = parse_config(make_parser(), argv)
-    try:
-        count = convert_pickle(args.pickle, args.output, args.trust_pickle)
-    except PermissionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    count = convert_pickle(args.pickle, args.output, args.trust_pickle)  # refused: a DataError (veracity.cli: exit 2)
     print(f"{count} papers written to {args.output}")
     return count

@@ -187,7 +187,9 @@ def latest_records(path: str | Path, what: str = "a batch output record") -> lis
                     raise ValueError(problem)
                 latest[str(record["id"])] = record
             except (ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{number}: not {what} ({error})") from None
+                from veracity.data_prep.errors import DataError
+
+                raise DataError(path, number, f"not {what} ({error})") from None
     return list(latest.values())
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.errors import DataError
+
 logger = logging.getLogger(__name__)
 
 
@@ -81,7 +83,8 @@ def input_files(args: RerankerArgs, folder: Path) -> tuple[dict[str, Path], Path
         splits["report"] = args.report_split
     for split in splits.values():
         if split not in paths:
-            raise ValueError(f"task {args.task!r} has no split {split!r} (has {sorted(set(paths) - {'collection'})})")
+            raise DataError(folder / "task", None, f"task {args.task!r} has no split {split!r} "
+                            f"(has {sorted(set(paths) - {'collection'})})", field="split")
     return {role: paths[split] for role, split in splits.items()}, paths["collection"]
 
 
@@ -89,7 +92,6 @@ def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
     """The pipeline's RRF heads for the training, selection and report posts (one index for all)."""
     from veracity.config import parse_config
     from veracity.data_prep.checkthat_files import read_collection, read_posts
-    from veracity.data_prep.errors import DataError
     from veracity.infer.pipelines.sciclaimseekers import run
     from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline
 
@@ -162,26 +164,19 @@ def make_parser() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    import sys
 
     import torch
     from datasets import Dataset
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
-    from veracity.data_prep.errors import DataError
-    from veracity.data_prep.prepared import PreparedDataError
     from veracity.io import mark_completed, write_json
     from veracity.rundir import write_run_config
     from veracity.train.common import last_checkpoint, parse_training_config
 
     args, training = parse_training_config(make_parser(), argv)
     out = Path(training.output_dir)
-    try:
-        data = first_stage(args, out / "first_stage")
-    except (DataError, PreparedDataError, ValueError) as error:  # bad posts, collection or split: named, exit 2
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    data = first_stage(args, out / "first_stage")  # bad posts, collection or split: a DataError (veracity.cli: exit 2)
     choose_by_selection_mrr(training)
     write_run_config(out, args, training, job="train reranker")
     rows = training_pairs(data["train"], args.negatives)

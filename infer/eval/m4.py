@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,13 +275,10 @@ def make_parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     config, engine_config = parse_config(make_parser(), argv)
-    try:
-        items = read_items(config.items, config.articles_dir, config.review_dir)
-        articles = ({i.id: i.reference_article for i in items} if config.reference_as_article
-                    else read_articles(config.articles))
-    except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    # a bad item or article is a DataError naming file, line and field; veracity.cli prints it (exit status 2)
+    items = read_items(config.items, config.articles_dir, config.review_dir)
+    articles = ({i.id: i.reference_article for i in items} if config.reference_as_article
+                else read_articles(config.articles))
     out = Path(config.output_dir)
     write_run_config(out, config, engine_config, job="eval m4")
     verifier = NLIVerifier(config.nli_model, config.nli_batch_size)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.errors import DataError
 from veracity.data_prep.schema import TERNARY_LABELS
 from veracity.infer.metrics import (
     accuracy,
@@ -149,11 +150,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from veracity.io import write_json, write_jsonl
 
     (args,) = parse_config(make_parser(), argv)
-    try:
+    try:  # a record that is not one is a DataError naming its line; veracity.cli prints it (exit status 2)
         records, errors = load_records(args.predictions)
-    except (OSError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except OSError as error:
+        raise DataError(args.predictions, None, f"cannot read the records ({error.strerror or error})") from None
     out = Path(args.output_dir)
     metrics = {**evaluate(records, errors), "errors": len(errors)} if records or errors else \
         {"n": 0, "n_errors": 0, "errors": 0}

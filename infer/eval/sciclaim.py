@@ -18,7 +18,6 @@ unsubmitted posts out instead: they were never asked, not failed.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,14 +60,11 @@ def make_parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float | int]:
     (args,) = parse_config(make_parser(), argv)
-    try:
-        rankings = read_submission(args.submission)
-        posts = read_posts(args.gold)
-        if not any(p.gold for p in posts):
-            raise DataError(args.gold, 1, "no gold ids (expected a cord_uid or gold_id column)", field="cord_uid")
-    except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    # a bad row is a DataError naming file, line and field; veracity.cli prints it (exit status 2)
+    rankings = read_submission(args.submission)
+    posts = read_posts(args.gold)
+    if not any(p.gold for p in posts):
+        raise DataError(args.gold, 1, "no gold ids (expected a cord_uid or gold_id column)", field="cord_uid")
     gold = {p.post_id: p.gold for p in posts if p.gold}
     missing = sum(p not in rankings for p in gold)
     unknown = sum(p not in gold for p in rankings)
