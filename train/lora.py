@@ -97,9 +97,10 @@ def check_reporting(report_to: list[str] | str | None) -> None:
 
     wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
     if "tensorboard" in wanted and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
-        print("error: report_to tensorboard needs TensorBoard: pip install tensorboard (or pass --report_to none)",
-              file=sys.stderr)
-        raise SystemExit(2)
+        from veracity.data_prep.errors import DataError  # veracity.cli prints it: one line, exit status 2
+
+        raise DataError("--report_to", None, "tensorboard needs TensorBoard: pip install tensorboard (or pass "
+                                             "--report_to none)")
 
 
 def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, script: TrainScriptArgs,
