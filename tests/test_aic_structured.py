@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from veracity.infer.eval.averitec_score import VERDICTS
-from veracity.infer.pipelines.aic.config import AICConfig
-from veracity.infer.pipelines.aic.ev2r import (
+from veracity.infer.eval.ev2r import (
     COUNT_KEYS,
     JUDGE_BUDGET,
     JUDGE_SCHEMA,
@@ -25,6 +24,7 @@ from veracity.infer.pipelines.aic.ev2r import (
     judge,
     parse_judge_counts,
 )
+from veracity.infer.pipelines.aic.config import AICConfig
 from veracity.infer.pipelines.aic.prompt import (
     ANSWER_TYPES,
     answer_budget,

@@ -11,7 +11,7 @@ import pytest
 
 from veracity.data_prep.averitec import format_fever8_evidence, qa_pair
 from veracity.data_prep.schema import QAPair
-from veracity.infer.pipelines.aic.ev2r import (
+from veracity.infer.eval.ev2r import (
     Ev2RSettings,
     aggregate_ev2r,
     evidence_text,

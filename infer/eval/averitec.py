@@ -46,7 +46,7 @@ from veracity.infer.eval.averitec_score import (
     aggregate,
     score_claim,
 )
-from veracity.infer.pipelines.aic.ev2r import Ev2RSettings, aggregate_ev2r, score_claims
+from veracity.infer.eval.ev2r import Ev2RSettings, aggregate_ev2r, score_claims
 from veracity.io import write_json, write_jsonl
 from veracity.models.engine import EngineConfig, make_engine
 from veracity.models.nltk_data import ensure_nltk_data

@@ -35,6 +35,7 @@ from veracity.data_prep.schema import QAPair
 from veracity.infer.eval.averitec_score import MAX_PREDICTED_PAIRS
 from veracity.infer.parsing import extract_json_object
 from veracity.infer.structured import schema_text, token_budget
+from veracity.models.engine import GenerationRequest
 
 logger = logging.getLogger(__name__)
 COUNT_KEYS = ("facts count predicted evidence", "support predicted evidence", "facts count reference evidence",
@@ -160,8 +161,6 @@ def judge_constraint(settings: Ev2RSettings) -> dict[str, Any]:
 
 def judge(engine: Any, prompts: Sequence[str | None], settings: Ev2RSettings) -> list[JudgeOutcome]:
     """One outcome per prompt (None: no predicted evidence → recall 0, no call); failures retried, then recorded."""
-    from veracity.models.engine import GenerationRequest
-
     outcomes: list[JudgeOutcome | None] = [None] * len(prompts)
     attempts: list[list[dict[str, Any]]] = [[] for _ in prompts]
     pending = [k for k, p in enumerate(prompts) if p is not None]
