@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.readers import read_jsonl
 from veracity.data_prep.schema import RECORD_TYPES, Record
-from veracity.io import read_jsonl, sha256_file
+from veracity.io import sha256_file
 
 MANIFEST = "manifest.json"
 _VERIFIED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) → sha256 checked in this process
@@ -74,5 +75,5 @@ def read_prepared(prepared_dir: str | Path, name: str, splits: Iterable[str] | N
     if record_type is None:
         raise PreparedDataError(f"{Path(prepared_dir) / MANIFEST}: output {name!r} has unknown record kind {kind!r}")
     wanted = set(splits) if splits is not None else None
-    return [record_type.from_dict(row) for row in read_jsonl(path)
+    return [record_type.from_dict(row) for _, row in read_jsonl(path)
             if wanted is None or "split" not in row or row["split"] in wanted]

@@ -12,7 +12,6 @@ import pytest
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.prepare import main
 from veracity.data_prep.readers import read_delimited, read_json_array, read_jsonl
-from veracity.io import read_jsonl as read_output
 
 PAPER_DEV = "fever/paper_dev.shared.jsonl"
 
@@ -73,7 +72,7 @@ def test_skip_invalid_counts_logs_and_keeps_the_rest(mutable_data_root: Path, tm
     bad_lines = [_append_line(path, raw) for raw, _, _ in BAD_ROWS.values()]
     manifest = _prep(mutable_data_root, tmp_path / "out", ["fever"], skip=True)
     assert manifest["skipped_invalid"] == len(BAD_ROWS)
-    skipped = list(read_output(tmp_path / "out" / "skipped.jsonl"))
+    skipped = [row for _, row in read_jsonl(tmp_path / "out" / "skipped.jsonl")]
     assert [s["line"] for s in skipped] == bad_lines
     assert all(s["path"] == str(path) for s in skipped)
     assert manifest["outputs"]["fever_paper_dev"]["records"] == 3  # the 3 good non-empty claims survive
@@ -365,7 +364,7 @@ def test_one_duplicate_rule_for_every_loader(mutable_data_root: Path, tmp_path: 
     assert manifest["skipped_invalid"] == 1
     assert {n: i["records"] for n, i in manifest["outputs"].items()} == \
         {n: i["records"] for n, i in clean["outputs"].items()}
-    assert [s["line"] for s in read_output(tmp_path / "skipped" / "skipped.jsonl")] == [line]
+    assert [s["line"] for _, s in read_jsonl(tmp_path / "skipped" / "skipped.jsonl")] == [line]
 
 
 def test_normalized_label_variants_are_counted_in_the_manifest(data_root: Path, tmp_path: Path) -> None:

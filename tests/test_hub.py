@@ -8,7 +8,7 @@ import pytest
 
 from veracity.data_prep import hub
 from veracity.data_prep.prepare import PrepConfig, prepare
-from veracity.io import read_jsonl
+from veracity.data_prep.readers import read_jsonl
 
 HUB_ROWS = {
     "tals/vitaminc": [
@@ -46,11 +46,11 @@ def test_hub_vitaminc_and_fever(fake_hub: list[tuple], data_root: Path, tmp_path
                         hub=["tals/vitaminc:validation", "fever:labelled_dev"])
     manifest = prepare(config)
     assert fake_hub == [("tals/vitaminc", None, "validation"), ("fever", "v1.0", "labelled_dev")]
-    vitc = list(read_jsonl(tmp_path / "hub_tals_vitaminc_validation.jsonl"))
+    vitc = [row for _, row in read_jsonl(tmp_path / "hub_tals_vitaminc_validation.jsonl")]
     assert [(r["id"], r["label"], r["group_id"], r["source_split"]) for r in vitc] == [
         ("vitc-c1_1", "SUPPORTS", "c1", "validation"), ("vitc-c1_2", "REFUTES", "c1", "validation")]
     assert vitc[0]["origin"] == "hf:tals/vitaminc/validation:1"
-    fever = list(read_jsonl(tmp_path / "hub_fever_labelled_dev.jsonl"))
+    fever = [row for _, row in read_jsonl(tmp_path / "hub_fever_labelled_dev.jsonl")]
     assert [(r["id"], r["evidence_sets"]) for r in fever] == [("fever-7", [["X:0"], ["X:3"]]), ("fever-8", [])]
     assert manifest["outputs"]["hub_fever_labelled_dev"]["records"] == 2
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from veracity.data_prep.prepare import DATASETS, PrepConfig, main, prepare, resolve_data_root
+from veracity.data_prep.readers import read_jsonl
 from veracity.data_prep.schema import RECORD_TYPES, ClaimExample
-from veracity.io import read_jsonl
 
 # Regenerate deliberately (and review the diff of the records) when a loader's output is meant to change.
 GOLDEN: dict[str, tuple[int, str]] = {
@@ -46,7 +46,7 @@ def prepared(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
 
 
 def records(out: Path, name: str) -> list[dict]:
-    return list(read_jsonl(out / f"{name}.jsonl"))
+    return [row for _, row in read_jsonl(out / f"{name}.jsonl")]
 
 
 def test_golden_counts_and_hashes(prepared: tuple[Path, dict]) -> None:

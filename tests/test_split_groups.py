@@ -12,6 +12,7 @@ from fixture_data import add_cross_dataset_links
 from veracity.data_prep import hub
 from veracity.data_prep.fever import symmetric_case_id
 from veracity.data_prep.prepare import DATASETS, PrepConfig, prepare
+from veracity.data_prep.readers import read_jsonl
 from veracity.data_prep.schema import RECORD_TYPES, ClaimExample, CorpusDocument, NLIPair, ReferenceArticle
 from veracity.data_prep.splits import (
     SplitSpec,
@@ -23,7 +24,6 @@ from veracity.data_prep.splits import (
     group_splits,
     record_claim,
 )
-from veracity.io import read_jsonl
 
 SPEC = SplitSpec()
 
@@ -138,7 +138,7 @@ def test_fever_symmetric_case_ids() -> None:
 
 
 def prepared_records(out: Path, manifest: dict) -> dict[str, list]:
-    return {name: [RECORD_TYPES[info["kind"]].from_dict(r) for r in read_jsonl(out / info["file"])]
+    return {name: [RECORD_TYPES[info["kind"]].from_dict(r) for _, r in read_jsonl(out / info["file"])]
             for name, info in manifest["outputs"].items()}
 
 

@@ -315,8 +315,8 @@ def test_evidence_cannot_close_its_passage_tag() -> None:
 # --- NLI verifier ---------------------------------------------------------------------------------------------
 
 def test_nli_training_pairs_keep_evaluation_claims_out(prepared_dir: Path) -> None:
+    from veracity.data_prep.readers import read_jsonl
     from veracity.data_prep.splits import normalize_claim
-    from veracity.io import read_jsonl
     from veracity.train.nli import NLIDataArgs, eval_pairs, training_pairs
 
     args = NLIDataArgs(prepared_dir=str(prepared_dir), claim_sources=["fever_symmetric", "vitaminc",
@@ -326,7 +326,7 @@ def test_nli_training_pairs_keep_evaluation_claims_out(prepared_dir: Path) -> No
     assert stats["pairs"] == len(pairs) > 0 and set(stats["labels"]) <= {"entailment", "neutral", "contradiction"}
     dev_claims = {normalize_claim(r["hypothesis"]) for rows in eval_pairs(args, "dev").values() for r in rows}
     assert not dev_claims & {normalize_claim(p["hypothesis"]) for p in pairs}
-    fever_train = [r for r in read_jsonl(prepared_dir / "nli_fever_dev_rte.jsonl") if r["split"] == "train"]
+    fever_train = [r for _, r in read_jsonl(prepared_dir / "nli_fever_dev_rte.jsonl") if r["split"] == "train"]
     assert len([p for p in pairs if p["id"].startswith("nli_fever_dev_rte")]) == len(fever_train)
     capped, capped_stats = training_pairs(NLIDataArgs(prepared_dir=str(prepared_dir), cap_per_source_label=1))
     assert all(count <= 1 for count in capped_stats["by_bucket"].values())

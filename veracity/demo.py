@@ -107,9 +107,9 @@ def stage_generate(config: DemoConfig) -> None:
     import json
 
     from veracity.data_prep.prepared import read_prepared
+    from veracity.data_prep.readers import read_jsonl
     from veracity.data_prep.schema import TERNARY_LABELS
     from veracity.infer.generate import main as generate
-    from veracity.io import read_jsonl
 
     out = Path(config.output_dir)
     records = read_prepared(out / "prep", "vitaminc")
@@ -128,7 +128,7 @@ def stage_generate(config: DemoConfig) -> None:
               "--max_new_tokens", "40", "--json_schema", str(schema),
               "--cache", str(out / "generate" / "cache.sqlite"), "--progress", "false"])
     predictions = out / "generate" / "predictions.jsonl"
-    for record in read_jsonl(predictions):
+    for _, record in read_jsonl(predictions):
         if record["status"] != "ok":
             print(f"  {record['id']}: error {record['error']}")
             continue

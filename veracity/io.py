@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -78,14 +79,6 @@ def write_json(path: str | Path, obj: Any) -> None:
         handle.write("\n")
 
 
-class JSONLError(ValueError):
-    """A JSONL line that is not a record; ``str()`` reads ``file:line: message``."""
-
-    def __init__(self, path: str | Path, line: int, message: str):
-        self.path, self.line, self.message = str(path), line, message
-        super().__init__(f"{path}:{line}: {message}")
-
-
 def json_error_message(error: json.JSONDecodeError, column: int | None = None) -> str:
     """``malformed JSON (Expecting value at column 7)``; json's messages that end in "at" (``Unterminated string
     starting at``) take the column directly instead of reading "at at column"."""
@@ -115,7 +108,8 @@ def jsonl_lines(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
 def parse_jsonl(handle: Iterable[bytes]) -> Iterator[tuple[int, Any, str | None]]:
     """Every non-blank line of a binary JSONL stream as ``(line, value, None)``, or ``(line, None, problem)`` for
     a line that is not UTF-8 or not JSON, so that a caller may report it or skip it and go on. The project's one
-    JSONL parser: :func:`read_jsonl` and ``data_prep.readers.read_jsonl`` both read through it."""
+    JSONL parser, under its one JSONL reader (``veracity.data_prep.readers.read_jsonl``: numbered records, bad lines
+    as DataErrors naming file and line)."""
     for number, raw in jsonl_lines(handle):
         try:
             text = raw.decode("utf-8")
@@ -128,22 +122,6 @@ def parse_jsonl(handle: Iterable[bytes]) -> Iterator[tuple[int, Any, str | None]
             yield number, json.loads(text), None
         except json.JSONDecodeError as error:
             yield number, None, json_error_message(error)
-
-
-def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The records (JSON objects) of a JSONL file, one per non-blank line (lines split as :func:`jsonl_lines`
-    says: a record holding U+2028, U+2029 or U+0085 stays whole).
-
-    Raises:
-        JSONLError: a line that is not UTF-8, not JSON or not an object, naming ``path:line``.
-    """
-    with open(path, "rb") as handle:
-        for number, value, problem in parse_jsonl(handle):
-            if problem is None and not isinstance(value, dict):
-                problem = f"expected a JSON object, got {type(value).__name__}"
-            if problem is not None:
-                raise JSONLError(path, number, problem)
-            yield value
 
 
 def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
@@ -165,8 +143,6 @@ def atomic_directory(target: str | Path, note: str) -> Iterator[Path]:
     For converted or merged models: a crash leaves no half-written folder where a loader would find it. The folder
     gets the mode a plain ``mkdir`` would give it (``0o777`` less the umask), not the temp folder's private ``0o700``.
     """
-    import shutil
-
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
