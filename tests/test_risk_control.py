@@ -128,7 +128,7 @@ def test_train_calibrator_records_what_certified_it(data_root: Path, tiny_encode
     from tiny_models import build_tiny_nli
 
     from veracity.data_prep.prepare import PrepConfig, prepare
-    from veracity.infer.eval.r2vc import load_records
+    from veracity.infer.eval.r2vc import read_r2vc_records
     from veracity.models.calibrator import LogisticCalibrator
     from veracity.train.calibrator import main
 
@@ -147,5 +147,5 @@ def test_train_calibrator_records_what_certified_it(data_root: Path, tiny_encode
     calibrator = LogisticCalibrator.load(out / "calibrator.json")
     assert calibrator.risk_control["certify_sources"] == sources
     assert len(calibrator.risk_control["holdout_correct"]) == written["n_certify"]
-    records, _ = load_records(out / "simulation" / "records.jsonl")
+    records, _ = read_r2vc_records(out / "simulation" / "records.jsonl")
     assert written["fit_claims"] + written["select_claims"] + written["n_certify"] == len(records)

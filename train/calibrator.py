@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import dataclasses
 
     from veracity.config import parse_config
-    from veracity.infer.eval.r2vc import load_records, table_cell
+    from veracity.infer.eval.r2vc import read_r2vc_records, table_cell
     from veracity.infer.pipelines.r2vc.items import evaluated_sources
     from veracity.infer.pipelines.r2vc.run import run
     from veracity.io import write_json
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     simulation = out / "simulation"
     run(dataclasses.replace(config, split="calib", calibrator=None, abstention="none", output_dir=str(simulation),
                             shard=None), settings, engine_config)
-    records, _ = load_records(simulation / "records.jsonl")
+    records, _ = read_r2vc_records(simulation / "records.jsonl")
     generated = [c for r in records for c in r.get("candidates", []) if c.get("from") == "generator" and c["label"]]
     logprobs = bool(generated) and all(c.get("mean_logprob") is not None for c in generated)
     names = feature_names(logprobs=logprobs, nli_candidate=config.nli_candidate)

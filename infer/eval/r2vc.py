@@ -31,8 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.schema import TERNARY_LABELS
+from veracity.infer.batch import latest_records
 from veracity.infer.metrics import (
     accuracy,
     aurc,
@@ -43,6 +46,8 @@ from veracity.infer.metrics import (
     risk_coverage,
     selective_metrics,
 )
+from veracity.infer.plots import reliability_diagram, risk_coverage_plot
+from veracity.io import write_json, write_jsonl
 
 
 @dataclass
@@ -53,15 +58,12 @@ class R2VCEvalArgs:
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser
-
-    return parser((R2VCEvalArgs,), prog="veracity eval r2vc")
+    return parser_for((R2VCEvalArgs,), prog="veracity eval r2vc")
 
 
-def load_records(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(claim records, error records); the last record for an id wins (a re-run replaces a failed one)."""
-    from veracity.infer.batch import latest_records
-
+def read_r2vc_records(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(claim records, error records) of an R2VC records file; the last record for an id wins (a re-run replaces
+    a failed one)."""
     records, errors = [], []
     for row in latest_records(path, what="an R2VC record"):
         if row.get("status") == "error":
@@ -73,7 +75,7 @@ def load_records(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str,
 
 def evaluate(records: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Metrics of the claims that carry a gold label (pure: reads only the records). ``errors`` are the error
-    records (``load_records``): each one with a gold label counts as a wrong answer (module docstring)."""
+    records (``read_r2vc_records``): each one with a gold label counts as a wrong answer (module docstring)."""
     scored = [r for r in records if r.get("gold")]
     failed = [e for e in errors if e.get("gold")]
     gold = [r["gold"] for r in scored] + [e["gold"] for e in failed]
@@ -145,13 +147,9 @@ def table_cell(value: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from veracity.config import parse_config
-    from veracity.infer.plots import reliability_diagram, risk_coverage_plot
-    from veracity.io import write_json, write_jsonl
-
     (args,) = parse_config(make_parser(), argv)
     try:  # a record that is not one is a DataError naming its line; veracity.cli prints it (exit status 2)
-        records, errors = load_records(args.predictions)
+        records, errors = read_r2vc_records(args.predictions)
     except OSError as error:
         raise DataError(args.predictions, None, f"cannot read the records ({error.strerror or error})") from None
     out = Path(args.output_dir)
