@@ -53,6 +53,8 @@ class CheckpointEvalArgs:
     max_examples: int | None = field(default=None, metadata={"help": "Cap per source (quick runs)."})
     output_dir: str = field(default="runs/eval_checkpoint", metadata={"help": "Run directory."})
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
+    nli_backend: str = field(default="auto", metadata={
+        "help": "Verifier backend: torch, onnx, onnx_int8, or auto (onnx on a CPU when exported, else torch)."})
     max_new_tokens: int = field(default=160, metadata={
         "help": "Generator answer budget when unconstrained (constrained: sized to the longest answer the schema "
                 "allows)."})
@@ -187,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         evaluate = partial(evaluate_generator, engine, max_new_tokens=args.max_new_tokens,
                            constrained=args.constrained, rationale_max_chars=args.rationale_max_chars)
     else:
-        scorer = NLIVerifier(args.nli_model, args.nli_batch_size)
+        scorer = NLIVerifier(args.nli_model, args.nli_batch_size, backend=args.nli_backend)
         evaluate = partial(evaluate_nli, scorer)
     for source in args.sources:
         results[source], source_rows = evaluate(load_examples(args, source))

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
+from veracity.models.onnx_runtime import BACKENDS, OnnxClassifier, export, has_onnx, is_current, onnx_dir
+from veracity.models.onnx_runtime import FILES as ONNX_FILES
 
 logger = logging.getLogger(__name__)
 # Verifiers trained before train nli recorded its input settings were all trained at 128 tokens, premise side
@@ -32,6 +34,8 @@ logger = logging.getLogger(__name__)
 LEGACY_VERACITY_MAX_LENGTH = 128
 LEGACY_VERACITY_TRUNCATION = "only_first"
 TRUNCATIONS = ("only_first", "only_second", "longest_first")  # what a tokenizer's `truncation` accepts by name
+# The backend ``auto`` picks on a CPU (bench/r2vc.py measures the three side by side; docs in the README).
+DEFAULT_CPU_BACKEND = "onnx"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
@@ -91,13 +95,24 @@ class NLIVerifier:
     """A 3-way NLI cross-encoder, batched and windowed; rows follow :data:`NLI_LABELS`."""
 
     def __init__(self, model: str = "embedded", batch_size: int = 32, device: str = "cpu",
-                 max_length: int | None = None):
+                 max_length: int | None = None, backend: str = "auto"):
+        """``backend``: ``torch``, ``onnx`` (fp32 graph through ONNX Runtime), ``onnx_int8`` (dynamically quantized),
+        or ``auto`` — on a CPU, :data:`DEFAULT_CPU_BACKEND` when this model's graph has been exported (``train nli``
+        exports the verifiers it trains; ``veracity models export-onnx`` any other), else torch; on a GPU, torch.
+        Asked for by name, an ONNX graph is exported on first use and cached with the weights' fingerprint
+        (``models/onnx_runtime.py``); a missing or stale one is rebuilt, never used."""
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         from veracity.models.registry import resolve_model
 
+        if backend not in ("auto", *BACKENDS):
+            raise ValueError(f"unknown verifier backend {backend!r}; choose auto, {', '.join(BACKENDS)}")
+        if backend not in ("auto", "torch") and device != "cpu":
+            raise ValueError(f"the {backend} backend runs on the CPU; use backend torch on {device}")
         self.folder = Path(resolve_model("nli_verifier", model))
+        self.backend = backend if backend != "auto" else (
+            DEFAULT_CPU_BACKEND if device == "cpu" and has_onnx(self.folder) else "torch")
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         self.model = AutoModelForSequenceClassification.from_pretrained(self.folder).to(device).eval()
         config = self.model.config
@@ -120,15 +135,18 @@ class NLIVerifier:
         self.batch_size, self.device, self.torch = batch_size, device, torch
         self.stats = VerifierStats()
         self._special = self.tokenizer.num_special_tokens_to_add(pair=True)
+        self.onnx = self._onnx_session() if self.backend != "torch" else None
 
     # --- public -----------------------------------------------------------------------------------------
 
     @property
     def model_id(self) -> str:
-        """The model folder with its content fingerprint (what run records and caches name it by)."""
+        """The model folder with its content fingerprint, and the backend when it is not torch (an INT8 graph
+        scores differently): what run records and caches name it by."""
         from veracity.models.fingerprint import model_fingerprint
 
-        return f"{self.folder}#{model_fingerprint(self.folder)}"
+        suffix = "" if self.backend == "torch" else f"+{self.backend}"
+        return f"{self.folder}#{model_fingerprint(self.folder)}{suffix}"
 
     def predict(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         """Probabilities ``(n, 3)`` in :data:`NLI_LABELS` order, one row per (premise, hypothesis)."""
@@ -198,6 +216,23 @@ class NLIVerifier:
             pieces += [self.tokenizer.decode(ids[i : i + step]) for i in range(0, len(ids), step)]
         return pieces
 
+    def _onnx_session(self) -> OnnxClassifier:
+        """The session of this model's ONNX graph for :attr:`backend`, exported first when missing or stale."""
+        from veracity.models.fingerprint import model_fingerprint
+
+        fingerprint = model_fingerprint(self.folder)
+        target = onnx_dir(self.folder, fingerprint)
+        if not is_current(target, fingerprint):
+            logger.info("exporting the verifier %s to ONNX (once)", self.folder)
+            export(self.model, self.tokenizer, target, fingerprint)
+        return OnnxClassifier(target / ONNX_FILES[self.backend])
+
+    def _logits(self, batch: Any) -> np.ndarray:
+        if self.onnx is not None:
+            return self.onnx.logits({k: v.numpy() for k, v in batch.items()})
+        with self.torch.inference_mode():
+            return self.model(**batch.to(self.device)).logits.float().cpu().numpy()
+
     def _forward(self, inputs: list[tuple[str, str]]) -> np.ndarray:
         if not inputs:
             return np.zeros((0, 3))
@@ -210,9 +245,8 @@ class NLIVerifier:
         while start < len(order):
             strategy = strategies[order[start]]
             idx = [k for k in order[start : start + self.batch_size] if strategies[k] == strategy]
-            batch = self.encode([inputs[k] for k in idx], strategy).to(self.device)
-            with self.torch.inference_mode():
-                probs = self.model(**batch).logits.float().softmax(-1).cpu().numpy()
-            out[idx] = probs[:, self.columns]
+            logits = self._logits(self.encode([inputs[k] for k in idx], strategy))
+            probs = np.exp(logits - logits.max(-1, keepdims=True))
+            out[idx] = (probs / probs.sum(-1, keepdims=True))[:, self.columns]
             start += len(idx)
         return out

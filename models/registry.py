@@ -300,10 +300,10 @@ def install_model(role: str, source: str | Path) -> Path:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The ``veracity models`` command line: ``list``, ``resolve`` and ``install`` sub-commands."""
+    """The ``veracity models`` command line: ``list``, ``resolve``, ``install`` and ``export-onnx`` sub-commands."""
     parser = argparse.ArgumentParser(prog="veracity models", description="List, resolve and install the models "
                                      "of each role. Without a sub-command: list.")
-    commands = parser.add_subparsers(dest="command", metavar="{list,resolve,install}")
+    commands = parser.add_subparsers(dest="command", metavar="{list,resolve,install,export-onnx}")
     commands.add_parser("list", help="every role with its real-scale and embedded defaults")
     resolve = commands.add_parser("resolve", help="print the local folder a role resolves to")
     resolve.add_argument("role", choices=sorted(ROLES))
@@ -313,6 +313,10 @@ def make_parser() -> argparse.ArgumentParser:
     install = commands.add_parser("install", help="copy a model folder to the role's cache location (checked first)")
     install.add_argument("role", choices=sorted(r for r, spec in ROLES.items() if spec.folder))
     install.add_argument("path", type=Path, help="the model folder to install")
+    onnx = commands.add_parser("export-onnx", help="export a cross-encoder (fp32 + INT8 ONNX graphs) for CPU "
+                               "inference through ONNX Runtime; cached by the weights' fingerprint")
+    onnx.add_argument("role", choices=("nli_verifier", "reranker"))
+    onnx.add_argument("--name", default=None, help="a local path, 'embedded' or 'real' (default: embedded)")
     return parser
 
 
@@ -339,6 +343,10 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
             folder = resolve_model(args.role, args.name, args.scale)
         elif args.command == "install":
             folder = install_model(args.role, args.path)
+        elif args.command == "export-onnx":
+            from veracity.models.onnx_runtime import export_model
+
+            folder = export_model(resolve_model(args.role, args.name))
         else:
             _list_roles()
             return None

@@ -224,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     write_json(Path(training.output_dir) / "metrics.json", report)
     write_verifier_card(final, args, init, stats, results, argv)
     mark_completed(training.output_dir, f"NLI verifier in {final}" + (" (QUICK run)" if args.quick else ""))
+    if not args.quick:  # CPU inference through ONNX Runtime (NLIVerifier's auto backend finds these graphs)
+        from veracity.models.onnx_runtime import export_model
+
+        export_model(final)
     if args.install:
         install(final, report)
     print(json.dumps({name: {k: round(v, 4) for k, v in r.items() if k.endswith(("accuracy", "macro_f1"))}
