@@ -24,7 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.checkthat_files import read_collection, read_posts
 from veracity.data_prep.errors import DataError
+from veracity.data_prep.sciclaim_tasks import TASKS, build_task
+from veracity.infer.pipelines.sciclaimseekers import run as sciclaim_run
+from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline, passage_text
+from veracity.io import mark_completed, write_json
+from veracity.models.registry import float_reranker, resolve_model
+from veracity.rundir import write_run_config
+from veracity.train.common import last_checkpoint, parse_training_config
+from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +86,6 @@ def input_files(args: RerankerArgs, folder: Path) -> tuple[dict[str, Path], Path
     built once from the prepared records."""
     if args.posts:
         return {"train": Path(args.posts), "selection": Path(str(args.selection_posts))}, Path(str(args.collection))
-    from veracity.data_prep.sciclaim_tasks import build_task
-
     paths = build_task(args.prepared_dir, str(args.task), folder / "task")
     splits = {"train": args.train_split, "selection": args.selection_split}
     if args.report_split not in (None, "", "none"):
@@ -90,11 +99,6 @@ def input_files(args: RerankerArgs, folder: Path) -> tuple[dict[str, Path], Path
 
 def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
     """The pipeline's RRF heads for the training, selection and report posts (one index for all)."""
-    from veracity.config import parse_config
-    from veracity.data_prep.checkthat_files import read_collection, read_posts
-    from veracity.infer.pipelines.sciclaimseekers import run
-    from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline
-
     files, collection = input_files(args, folder)
     posts = {role: read_posts(path) for role, path in files.items()}
     for role, rows in posts.items():
@@ -102,7 +106,7 @@ def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
         if missing:
             raise DataError(files[role], None, f"post {missing[0]!r} has no gold id ({len(missing)} posts without): "
                             "fine-tuning needs a gold id for every post", field="cord_uid")
-    config, engine_config = parse_config(run.make_parser(), ["--config", args.pipeline_config, "--output_dir",
+    config, engine_config = parse_config(sciclaim_run.make_parser(), ["--config", args.pipeline_config, "--output_dir",
                                                              str(folder), "--index_dir", str(folder / "index")])
     pipeline = SciClaimPipeline(config, engine_config, read_collection(collection))
     return {role: SplitData(rows, pipeline.papers, [[doc for doc, _ in stage.fused]
@@ -112,8 +116,6 @@ def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
 
 def training_pairs(data: SplitData, negatives: int) -> list[dict[str, Any]]:
     """(query, passage, label) rows: every gold paper of a post, and its first ``negatives`` non-gold candidates."""
-    from veracity.infer.pipelines.sciclaimseekers.pipeline import passage_text
-
     rows = []
     for post, head in zip(data.posts, data.heads, strict=True):
         gold = [g for g in post.gold if g in data.papers]
@@ -125,8 +127,6 @@ def training_pairs(data: SplitData, negatives: int) -> list[dict[str, Any]]:
 
 def reranking_samples(data: SplitData) -> list[dict[str, Any]]:
     """The evaluator's samples: each post's RRF head in order, its gold papers as positives."""
-    from veracity.infer.pipelines.sciclaimseekers.pipeline import passage_text
-
     return [{"query": post.text, "positive": [passage_text(data.papers[g]) for g in post.gold if g in data.papers],
              "documents": [passage_text(data.papers[d]) for d in head]}
             for post, head in zip(data.posts, data.heads, strict=True)]
@@ -136,6 +136,8 @@ def evaluator(data: SplitData, name: str, batch_size: int = 64) -> Any:
     """MRR@5 of the reranker over the RRF heads; a gold paper the first stage missed counts as missed.
     (sentence-transformers' evaluator matches the gold by passage text and breaks score ties its own way, so its
     figure can differ from the pipeline's CheckThat MRR@5 by a post.)"""
+    # sentence-transformers (and torch, datasets) stay lazy here and below: seconds to import, and the first stage
+    # and `--help` need none of them
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
 
     return CrossEncoderRerankingEvaluator(reranking_samples(data), at_k=5, always_rerank_positives=False, name=name,
@@ -143,8 +145,6 @@ def evaluator(data: SplitData, name: str, batch_size: int = 64) -> Any:
 
 
 def initial_model(init: str) -> Path:
-    from veracity.models.registry import float_reranker, resolve_model
-
     return float_reranker() if init == "embedded" else resolve_model("reranker", init)
 
 
@@ -158,21 +158,14 @@ def choose_by_selection_mrr(training: Any) -> None:
 def make_parser() -> Any:
     from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments
 
-    from veracity.config import make_parser as parser_for
-
     return parser_for((RerankerArgs, CrossEncoderTrainingArguments), "veracity train reranker")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-
     import torch
     from datasets import Dataset
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
-
-    from veracity.io import mark_completed, write_json
-    from veracity.rundir import write_run_config
-    from veracity.train.common import last_checkpoint, parse_training_config
 
     args, training = parse_training_config(make_parser(), argv)
     out = Path(training.output_dir)
@@ -208,9 +201,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def write_reranker_card(folder: Path, args: RerankerArgs, init: Path, stats: dict[str, Any],
                         report: dict[str, Any], argv: Sequence[str] | None) -> Path:
-    from veracity.data_prep.sciclaim_tasks import TASKS
-    from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
-
     # a built task's posts and papers are the prepared <task> queries and corpus: their licences are those sources'
     corpus, source = (args.collection, args.posts) if args.posts else TASKS[str(args.task)]
     data = {source: f"{args.train_split}: {stats['posts']} posts, {stats['positives']} gold pairs, "
