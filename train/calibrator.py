@@ -24,6 +24,7 @@ An engine without token log-probabilities gives a calibrator without that featur
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,12 +32,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.splits import claim_key, component_representatives, hash_unit, record_keys
+from veracity.infer.eval.r2vc import read_r2vc_records, table_cell
+from veracity.infer.metrics import binary_brier, expected_calibration_error
 from veracity.infer.pipelines.r2vc.config import R2VCConfig
+from veracity.infer.pipelines.r2vc.items import evaluated_sources
+from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
+from veracity.infer.pipelines.r2vc.run import run
 from veracity.infer.pipelines.r2vc.signals import SignalSettings, feature_names
+from veracity.io import write_json
 from veracity.models.calibrator import LogisticCalibrator
 from veracity.models.engine import EngineConfig
+from veracity.rundir import package_versions, write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +78,7 @@ class CalibratorArgs:
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser
-
-    return parser((CalibratorArgs, R2VCConfig, SignalSettings, EngineConfig), prog="veracity train calibrator")
+    return parser_for((CalibratorArgs, R2VCConfig, SignalSettings, EngineConfig), prog="veracity train calibrator")
 
 
 def usable(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -91,7 +101,7 @@ def training_rows(records: Sequence[dict[str, Any]], names: Sequence[str], fit_o
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, names: Sequence[str], c: float) -> LogisticCalibrator:
     """scikit-learn's LogisticRegression on standardised features, the scaling folded into the weights."""
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # lazy: a second to import, only the fit needs it
 
     mean, scale = x.mean(0), x.std(0)
     scale[scale == 0] = 1.0
@@ -166,11 +176,6 @@ def fit_calibrator(records: Sequence[dict[str, Any]], names: Sequence[str], args
     in either: its scores are kept for risk control, with the threshold that certifies ``target_risk`` at level
     ``delta``. ``seed`` seeds the split (default ``args.split_seed``); ``groups``: record id → union-find keys
     (see :func:`claim_groups`)."""
-    import dataclasses
-
-    from veracity.infer.metrics import binary_brier, expected_calibration_error
-    from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
-
     if seed is not None:
         args = dataclasses.replace(args, split_seed=seed)
     records = [r for r in records if r.get("gold")]
@@ -220,22 +225,11 @@ def prepared_groups(config: R2VCConfig) -> dict[str, list[str]]:
     (namespaced by its source), from the prepared calib records. ``--claims`` files have no case ids: {}."""
     if config.claims:
         return {}
-    from veracity.data_prep.prepared import read_prepared
-
     return {f"{source}/{record.id}": record_keys(record, source)
             for source in config.sources for record in read_prepared(config.prepared_dir, source, ["calib"])}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    import dataclasses
-
-    from veracity.config import parse_config
-    from veracity.infer.eval.r2vc import read_r2vc_records, table_cell
-    from veracity.infer.pipelines.r2vc.items import evaluated_sources
-    from veracity.infer.pipelines.r2vc.run import run
-    from veracity.io import write_json
-    from veracity.rundir import package_versions, write_run_config
-
     args, config, settings, engine_config = parse_config(make_parser(), argv)
     out = Path(args.calibrator_dir)
     write_run_config(out, args, config, settings, engine_config, job="train calibrator")
@@ -254,8 +248,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     calibrator.risk_control["certify_sources"] = metrics["certify_sources"] = evaluated_sources(config)
     calibrator.versions = package_versions(("veracity", "scikit-learn", "numpy"))
     if logprobs:  # the definition its log-prob feature was made under: inference refuses another
-        import yaml
-
         decoding = yaml.safe_load((simulation / "run_config.yaml").read_text(encoding="utf-8")).get("decoding") or {}
         calibrator.logprob_definition = decoding.get("logprob_definition")
     calibrator.save(out / "calibrator.json")
