@@ -31,6 +31,7 @@ CONFIG_JOBS = {
     "pipelines/uts": "veracity.infer.pipelines.uts.run",
     "pipelines/aic": "veracity.infer.pipelines.aic.run",
     "pipelines/sciclaimseekers": "veracity.infer.pipelines.sciclaimseekers.run",
+    "ablations": "veracity.infer.pipelines.ablate",
 }
 
 

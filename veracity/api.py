@@ -17,7 +17,6 @@ the knowledge store), SciClaimSeekers ``{id, text[, gold]}``, UTS the task-item 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tempfile
 from collections.abc import Iterable
@@ -28,35 +27,7 @@ from veracity.config import load_config_values
 from veracity.data_prep.errors import DataError
 from veracity.infer.batch import IdCheck, batch_records, output_lock, run_batch
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
-
-# recipe file name prefix → (module, class): the pipelines are imported only when one is loaded (torch, numpy)
-PIPELINES = {
-    "r2vc": ("veracity.infer.pipelines.r2vc.pipeline", "R2VC"),
-    "aic": ("veracity.infer.pipelines.aic.pipeline", "AIC"),
-    "sciclaimseekers": ("veracity.infer.pipelines.sciclaimseekers.pipeline", "SciClaim"),
-    "sciclaim": ("veracity.infer.pipelines.sciclaimseekers.pipeline", "SciClaim"),
-    "uts": ("veracity.infer.pipelines.uts.pipeline", "UTS"),
-}
-
-
-def pipeline_class(name: str) -> type[Pipeline]:
-    """The pipeline called ``name`` (``r2vc``, ``aic``, ``sciclaim`` / ``sciclaimseekers``, ``uts``)."""
-    import importlib
-
-    if name not in PIPELINES:
-        raise ValueError(f"unknown pipeline {name!r}; one of {sorted(PIPELINES)}")
-    module, cls = PIPELINES[name]
-    return getattr(importlib.import_module(module), cls)
-
-
-def build_configs(types: tuple[type, ...], values: dict[str, Any]) -> tuple[Any, ...]:
-    """One instance of each config dataclass from ``values`` (a recipe's values with the overrides); a key no
-    dataclass has is a ValueError naming it, and each dataclass checks its own values (``__post_init__``)."""
-    names = [{f.name for f in dataclasses.fields(t) if f.init} for t in types]
-    unknown = set(values) - set().union(*names)
-    if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)}: not fields of {[t.__name__ for t in types]}")
-    return tuple(t(**{k: v for k, v in values.items() if k in fields}) for t, fields in zip(types, names, strict=True))
+from veracity.infer.pipelines.driver import build_configs, layout_records, pipeline_class, write_record
 
 
 class LoadedPipeline:
@@ -94,8 +65,6 @@ class LoadedPipeline:
         return json.loads(json.dumps(records, ensure_ascii=False, default=str))  # as the file holds them
 
     def _run_into(self, items: list[Item], run_dir: Path) -> list[Record]:
-        from veracity.infer.pipelines.driver import layout_records, write_record
-
         output = run_dir / "records.jsonl"
         run_dir.mkdir(parents=True, exist_ok=True)
         with output_lock(output):

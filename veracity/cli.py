@@ -17,7 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("@index", "`index build` / `index search`: retrieval indexes (BM25, FAISS, fusion, rerank)"),
     "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA), `train nli` (verifier), `train calibrator`, "
                         "`train reranker` (SciClaimSeekers' cross-encoder)"),
-    "infer": ("@infer", "offline batch inference: `infer r2vc|aic|sciclaim|uts` (the pipelines), `infer generate`"),
+    "infer": ("@infer", "offline batch inference: `infer r2vc|aic|sciclaim|uts` (the pipelines), `infer ablate` "
+                        "(a pipeline's ablation table), `infer generate`"),
     "eval": ("@eval", "evaluation: `eval r2vc|averitec|sciclaim|m4` (scorers), `eval retrieval`, `eval checkpoint`"),
 }
 SUBCOMMANDS: dict[str, dict[str, str]] = {
@@ -30,7 +31,7 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
               "sciclaim": "veracity.infer.eval.sciclaim", "m4": "veracity.infer.eval.m4"},
     "@infer": {"generate": "veracity.infer.generate", "r2vc": "veracity.infer.pipelines.r2vc.run",
                "sciclaim": "veracity.infer.pipelines.sciclaimseekers.run", "aic": "veracity.infer.pipelines.aic.run",
-               "uts": "veracity.infer.pipelines.uts.run"},
+               "uts": "veracity.infer.pipelines.uts.run", "ablate": "veracity.infer.pipelines.ablate"},
     "@index": {"build": "veracity.infer.retrieval.index_build", "search": "veracity.infer.retrieval.index_search"},
     "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge",
                "nli": "veracity.train.nli", "calibrator": "veracity.train.calibrator",

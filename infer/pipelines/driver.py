@@ -19,6 +19,8 @@ handed to :func:`run_pipeline`, which
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 import logging
 import time
@@ -32,6 +34,33 @@ from veracity.io import write_json
 from veracity.rundir import check_resume, to_plain, write_run_config
 
 logger = logging.getLogger(__name__)
+
+# recipe file name prefix → (module, class): the pipelines are imported only when one is loaded (torch, numpy)
+PIPELINES = {
+    "r2vc": ("veracity.infer.pipelines.r2vc.pipeline", "R2VC"),
+    "aic": ("veracity.infer.pipelines.aic.pipeline", "AIC"),
+    "sciclaimseekers": ("veracity.infer.pipelines.sciclaimseekers.pipeline", "SciClaim"),
+    "sciclaim": ("veracity.infer.pipelines.sciclaimseekers.pipeline", "SciClaim"),
+    "uts": ("veracity.infer.pipelines.uts.pipeline", "UTS"),
+}
+
+
+def pipeline_class(name: str) -> type[Pipeline]:
+    """The pipeline called ``name`` (``r2vc``, ``aic``, ``sciclaim`` / ``sciclaimseekers``, ``uts``)."""
+    if name not in PIPELINES:
+        raise ValueError(f"unknown pipeline {name!r}; one of {sorted(PIPELINES)}")
+    module, cls = PIPELINES[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+def build_configs(types: tuple[type, ...], values: dict[str, Any]) -> tuple[Any, ...]:
+    """One instance of each config dataclass from ``values`` (a recipe's values with the overrides); a key no
+    dataclass has is a ValueError naming it, and each dataclass checks its own values (``__post_init__``)."""
+    names = [{f.name for f in dataclasses.fields(t) if f.init} for t in types]
+    unknown = set(values) - set().union(*names)
+    if unknown:
+        raise ValueError(f"unknown option(s) {sorted(unknown)}: not fields of {[t.__name__ for t in types]}")
+    return tuple(t(**{k: v for k, v in values.items() if k in fields}) for t, fields in zip(types, names, strict=True))
 
 
 def layout_records(run_dir: Path, stem: str, shard: tuple[int, int], ids: Sequence[str]) -> list[Record]:
