@@ -20,6 +20,7 @@ import time
 from veracity.data_prep.checkthat_files import Paper, read_collection, read_posts
 from veracity.infer.pipelines.sciclaimseekers.pipeline import passage_text
 from veracity.infer.pipelines.sciclaimseekers.prompt import rerank_messages
+from veracity.infer.retrieval.rerank import CrossEncoderReranker
 from veracity.models.engine import GenerationRequest
 
 
@@ -30,7 +31,7 @@ def pairs(posts_path: str, collection_path: str, count: int, per_post: int = 8) 
 
 
 def bench_llm(items: list[tuple[str, str, str]]) -> list[tuple[str, float]]:
-    from veracity.models.hf_engine import TransformersEngine
+    from veracity.models.hf_engine import TransformersEngine  # lazy: torch, needed by this bench alone
 
     requests = [GenerationRequest.chat(rerank_messages(*p), temperature=0.0, max_new_tokens=8, seed=0) for p in items]
     out = []
@@ -48,8 +49,6 @@ def bench_llm(items: list[tuple[str, str, str]]) -> list[tuple[str, float]]:
 
 
 def bench_cross_encoder(items: list[tuple[str, str, str]], model: str = "embedded") -> list[tuple[str, float]]:
-    from veracity.infer.retrieval.rerank import CrossEncoderReranker
-
     texts = [(post, passage_text(Paper("", title, abstract))) for post, title, abstract in items]
     out = []
     for label, batch in (("batched (32 per call)", 32), ("one at a time", 1)):

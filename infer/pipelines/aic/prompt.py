@@ -31,6 +31,7 @@ from typing import Any
 
 from veracity.data_prep.schema import AVERITEC_LABELS as VERDICTS
 from veracity.infer.parsing import extract_json_object, strip_thinking
+from veracity.infer.structured import token_budget
 
 ANSWER_TYPES = ("Boolean", "Extractive", "Abstractive", "Unanswerable")
 MAX_QUESTIONS = 10
@@ -188,8 +189,6 @@ def answer_budget(num_sources: int, max_questions: int = MAX_QUESTIONS, question
                   answer_chars: int = ANSWER_CHARS) -> int:
     """``max_new_tokens`` for :func:`answer_schema`: ``structured.token_budget`` of the same schema, its question
     pattern read as the maxLength it amounts to."""
-    from veracity.infer.structured import token_budget
-
     return token_budget(_answer_schema(num_sources, max_questions, {"type": "string", "maxLength": question_chars},
                                        answer_chars))
 
