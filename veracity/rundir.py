@@ -27,7 +27,7 @@ TRACKED_PACKAGES = (
 # Settings that change how much of a run is done or how fast, never what a record holds: a run may resume under
 # other values of these.
 RESUMABLE_FIELDS = frozenset({"output_dir", "max_examples", "progress", "retry_errors", "shard", "claims_per_call",
-                              "batch_size", "nli_batch_size"})
+                              "items_per_call", "posts_per_call", "batch_size", "nli_batch_size"})
 
 
 class RunConfigMismatchError(ValueError):
