@@ -20,12 +20,33 @@ matter). Finished steps are reused.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.prepare import PrepConfig, format_summary, prepare
+from veracity.data_prep.prepared import read_prepared
+from veracity.data_prep.readers import read_jsonl
+from veracity.data_prep.schema import TERNARY_LABELS
+from veracity.infer.checkpoint_eval import main as evaluate_checkpoint
+from veracity.infer.eval.r2vc import table_cell
+from veracity.infer.generate import main as generate
+from veracity.infer.pipelines.r2vc.run import main as r2vc
+from veracity.infer.retrieval.evaluate import main as evaluate
+from veracity.infer.retrieval.index import load_index
+from veracity.infer.retrieval.searcher import Searcher, SearchSettings
+from veracity.models.registry import ROLES, ModelNotFoundError, resolve_model
+from veracity.rundir import write_run_config
+from veracity.train.calibrator import main as train_calibrator
+from veracity.train.nli import main as train_nli
+from veracity.train.sft import main as sft
+from veracity.train.training_sets import main as training_sets
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +67,6 @@ class DemoConfig:
 
 
 def stage_prep(config: DemoConfig) -> None:
-    from veracity.data_prep.prepare import PrepConfig, format_summary, prepare
-
     prep = PrepConfig(data_root=config.data_root, output_dir=str(Path(config.output_dir) / "prep"))
     manifest = prepare(prep)
     print(format_summary(manifest))
@@ -55,8 +74,6 @@ def stage_prep(config: DemoConfig) -> None:
 
 
 def stage_models() -> None:
-    from veracity.models.registry import ROLES, ModelNotFoundError, resolve_model
-
     for role in ROLES:
         start = time.perf_counter()
         try:
@@ -71,7 +88,7 @@ def stage_models() -> None:
 
 def _smoke_chat_lm(path: Path) -> None:
     """One greedy answer from the embedded chat model, to show the converted folder really generates."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: seconds to import, this smoke test alone
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
@@ -84,10 +101,6 @@ def _smoke_chat_lm(path: Path) -> None:
 
 
 def stage_retrieval(config: DemoConfig) -> None:
-    from veracity.infer.retrieval.evaluate import main as evaluate
-    from veracity.infer.retrieval.index import load_index
-    from veracity.infer.retrieval.searcher import Searcher, SearchSettings
-
     out = Path(config.output_dir)
     evaluate([
         "--prepared_dir", str(out / "prep"), "--benchmarks", "fever_evidence", "--output_dir", str(out / "retrieval"),
@@ -104,13 +117,6 @@ def stage_retrieval(config: DemoConfig) -> None:
 
 
 def stage_generate(config: DemoConfig) -> None:
-    import json
-
-    from veracity.data_prep.prepared import read_prepared
-    from veracity.data_prep.readers import read_jsonl
-    from veracity.data_prep.schema import TERNARY_LABELS
-    from veracity.infer.generate import main as generate
-
     out = Path(config.output_dir)
     records = read_prepared(out / "prep", "vitaminc")
     claims = ([r for r in records if r.split == "dev"] or records)[: config.generate_items]
@@ -139,11 +145,6 @@ def stage_generate(config: DemoConfig) -> None:
 
 
 def stage_train(config: DemoConfig) -> None:
-    from veracity.infer.checkpoint_eval import main as evaluate_checkpoint
-    from veracity.models.registry import ModelNotFoundError, resolve_model
-    from veracity.train.sft import main as sft
-    from veracity.train.training_sets import main as training_sets
-
     out = Path(config.output_dir)
     recipes = Path(__file__).resolve().parents[1] / "configs" / "train"
     training_sets(["--prepared_dir", str(out / "prep"), "--output_dir", str(out / "training")])
@@ -156,8 +157,6 @@ def stage_train(config: DemoConfig) -> None:
         verifier = resolve_model("nli_verifier")
         print(f"NLI verifier: {verifier}")
     except ModelNotFoundError:
-        from veracity.train.nli import main as train_nli
-
         print(f"NLI verifier: none cached — training a QUICK version ({config.nli_quick_steps} steps; not the real "
               "verifier: run `bash scripts/train_verifier.sh`)")
         train_nli(["--config", str(recipes / "nli_minilm_cpu.yaml"), "--prepared_dir", str(out / "prep"),
@@ -170,10 +169,6 @@ def stage_train(config: DemoConfig) -> None:
 
 
 def stage_r2vc(config: DemoConfig) -> None:
-    from veracity.infer.eval.r2vc import table_cell
-    from veracity.infer.pipelines.r2vc.run import main as r2vc
-    from veracity.train.calibrator import main as train_calibrator
-
     out = Path(config.output_dir)
     recipes = Path(__file__).resolve().parents[1] / "configs"
     generator = config.generator if (Path(config.generator) / "config.json").exists() else "embedded"
@@ -210,15 +205,10 @@ def stage_r2vc(config: DemoConfig) -> None:
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((DemoConfig,), "veracity demo")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from veracity.config import parse_config
-    from veracity.rundir import write_run_config
-
     (config,) = parse_config(make_parser(), argv)
     write_run_config(config.output_dir, config, job="demo")
     print("== 1. data preparation")
