@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.errors import DataError
 from veracity.infer.batch import latest_records, layout_files, output_lock, parse_shard, run_batch, shard_file
 from veracity.infer.pipelines.contract import Pipeline, Record
 from veracity.io import write_json
@@ -95,7 +96,10 @@ def run_pipeline(pipeline: Pipeline) -> dict[str, Any]:
         RunConfigMismatchError: the output holds records made under other settings or weights.
     """
     config = pipeline.config
-    shard = parse_shard(config.shard)
+    try:
+        shard = parse_shard(config.shard)
+    except ValueError as error:
+        raise DataError("--shard", None, str(error)) from None
     out = Path(config.output_dir)
     items = pipeline.items()
     pipeline.check()
