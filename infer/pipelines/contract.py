@@ -1,25 +1,23 @@
 """The pipeline contract: what each of the four pipelines declares, and nothing about how a run is kept.
 
 A pipeline is made from its parsed configs (``config_types``, the first one holding ``output_dir``, ``shard``,
-``retry_errors`` and ``progress``) and loads nothing until asked. :mod:`~veracity.infer.pipelines.driver` runs it
-from the command line, :func:`veracity.load_pipeline` from Python; both call, in this order:
+``retry_errors`` and ``progress``) and loads nothing until asked. :func:`~veracity.infer.pipelines.driver.run_pipeline`
+runs it from the command line and calls, in this order:
 
-==========================  =================================================================================
-``items()``                 the configured items, read and checked (bad input: a DataError before any write)
-``check()``                 side files and settings checked before any write (R2VC's calibrator)
-``load(run_dir)``           load every model once (``run_dir``: where caches and indexes go)
-``model_ids()``             each model a record depends on, by content, for the run record (a resume must match)
-``decoding()``              how the generator decodes (``Engine.decoding``), or None without one
-``prepare(run_dir)``        side inputs a run keeps in its folder (AIC's proxy store and ``gold.json``)
-``__call__(items)``         a batch of items → one record, or the item's Exception, per item
-``close()``                 release the engines
-``finish(records, run_dir)``  the files made from the records (submissions, articles) → facts for summary.json
-``score(records, run_dir)``   the scorer (unsharded runs): writes ``metrics.json`` etc., returns the metrics
-==========================  =================================================================================
+- ``items()``: the configured items, read and checked (bad input: a DataError before anything is written);
+- ``check()``: side files and settings, checked before anything is written (R2VC's calibrator);
+- ``load(run_dir)``: every model, loaded once (``run_dir``: where caches and indexes go);
+- ``model_ids()`` and ``decoding()``: each model a record depends on, by content, and how the generator decodes,
+  for the run record (a resume must match);
+- ``prepare(run_dir)``: side inputs a run keeps in its folder (AIC's proxy store and ``gold.json``);
+- ``__call__(items)``: a batch of items → one record, or the item's Exception, per item;
+- ``close()``: the engines released;
+- ``finish(records, run_dir)``: the files made from the records (submissions, articles) → facts for summary.json;
+- ``score(records, run_dir)``: the scorer (unsharded runs): writes ``metrics.json`` etc., returns the metrics.
 
 ``records`` are the batch records of this run's items (``{"id", "status", "result" | "error", "seconds"}``, the
-last one of an id), in item order. ``row_item(row, source, line)`` turns a user's row (the input-file format)
-into an item, for the Python API.
+last one of an id), in item order. :func:`veracity.load_pipeline` (the Python API) calls ``check``, ``load`` and
+``prepare`` once, then ``__call__`` on a user's rows, each made an item by ``row_item(row, source, line)``.
 """
 
 from __future__ import annotations
