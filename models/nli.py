@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
+from veracity.models.fingerprint import model_fingerprint
 from veracity.models.onnx_runtime import BACKENDS, OnnxClassifier, export, has_onnx, is_current, onnx_dir
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
+from veracity.models.registry import resolve_model
 
 logger = logging.getLogger(__name__)
 # Verifiers trained before train nli recorded its input settings were all trained at 128 tokens, premise side
@@ -36,12 +38,17 @@ LEGACY_VERACITY_TRUNCATION = "only_first"
 TRUNCATIONS = ("only_first", "only_second", "longest_first")  # what a tokenizer's `truncation` accepts by name
 # The backend ``auto`` picks on a CPU (bench/r2vc.py measures the three side by side; docs in the README).
 DEFAULT_CPU_BACKEND = "onnx"
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_END_PUNCTUATION = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` by end punctuation (a window boundary; no linguistic claim beyond that)."""
-    return [s for s in _SENTENCE_END.split(text.strip()) if s]
+def split_at_end_punctuation(text: str) -> list[str]:
+    """Pieces of ``text`` cut after ``.``, ``?`` or ``!`` and a space: where a premise window may end.
+
+    Not the project's sentence splitter (``veracity.data_prep.text.split_sentences``, Punkt): a piece only bounds a
+    window that is packed by token count, so a cut after "Mr." costs at most a window boundary there, and every
+    windowed verifier score the README's tables were measured with rests on these cuts.
+    """
+    return [s for s in _END_PUNCTUATION.split(text.strip()) if s]
 
 
 def pack_windows(sentences: Sequence[str], lengths: Sequence[int], budget: int, overlap: int = 1) -> list[list[int]]:
@@ -101,10 +108,8 @@ class NLIVerifier:
         exports the verifiers it trains; ``veracity models export-onnx`` any other), else torch; on a GPU, torch.
         Asked for by name, an ONNX graph is exported on first use and cached with the weights' fingerprint
         (``models/onnx_runtime.py``); a missing or stale one is rebuilt, never used."""
-        import torch
+        import torch  # lazy, as transformers: seconds to import, and only a loaded verifier needs them
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        from veracity.models.registry import resolve_model
 
         if backend not in ("auto", *BACKENDS):
             raise ValueError(f"unknown verifier backend {backend!r}; choose auto, {', '.join(BACKENDS)}")
@@ -143,8 +148,6 @@ class NLIVerifier:
     def model_id(self) -> str:
         """The model folder with its content fingerprint, and the backend when it is not torch (an INT8 graph
         scores differently): what run records and caches name it by."""
-        from veracity.models.fingerprint import model_fingerprint
-
         suffix = "" if self.backend == "torch" else f"+{self.backend}"
         return f"{self.folder}#{model_fingerprint(self.folder)}{suffix}"
 
@@ -179,7 +182,7 @@ class NLIVerifier:
             budget = max(16, (self.max_length - self._special) // 2)
         if len(self.tokenizer(premise, add_special_tokens=False)["input_ids"]) <= budget:
             return [premise]
-        sentences = self._fitting_pieces(split_sentences(premise), budget)
+        sentences = self._fitting_pieces(split_at_end_punctuation(premise), budget)
         lengths = [len(self.tokenizer(" " + s, add_special_tokens=False)["input_ids"]) for s in sentences]
         windows = [" ".join(sentences[i] for i in idx) for idx in pack_windows(sentences, lengths, budget)]
         self.stats.windowed += 1
@@ -218,8 +221,6 @@ class NLIVerifier:
 
     def _onnx_session(self) -> OnnxClassifier:
         """The session of this model's ONNX graph for :attr:`backend`, exported first when missing or stale."""
-        from veracity.models.fingerprint import model_fingerprint
-
         fingerprint = model_fingerprint(self.folder)
         target = onnx_dir(self.folder, fingerprint)
         if not is_current(target, fingerprint):

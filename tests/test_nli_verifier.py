@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tiny_models import build_tiny_nli
 
-from veracity.models.nli import aggregate_windows, pack_windows, split_sentences
+from veracity.models.nli import aggregate_windows, pack_windows, split_at_end_punctuation
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_pack_windows_overlap_and_budget() -> None:
     assert pack_windows(["a", "b", "c", "d"], [4, 4, 4, 4], budget=8) == [[0, 1], [1, 2], [2, 3]]
     assert pack_windows(["a", "b"], [3, 3], budget=10) == [[0, 1]]
     assert pack_windows(["long", "x"], [20, 2], budget=8) == [[0], [1]]  # an oversized sentence stands alone
-    assert split_sentences("One. Two? Three! four") == ["One.", "Two?", "Three!", "four"]
+    assert split_at_end_punctuation("One. Two? Three! four") == ["One.", "Two?", "Three!", "four"]
 
 
 def test_aggregate_windows_takes_max_entailment_and_contradiction() -> None:
