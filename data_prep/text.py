@@ -5,8 +5,8 @@ articles with it, the Task 3 citation parser finds cite sentences with it and th
 it, so a sentence means the same thing to the drafter and to the scorer. The AIC knowledge store splits its answers
 with the same Punkt (``punkt.sent_tokenize`` on the text as written).
 
-The NLI verifier's premise windows (``models/nli.py``) are cut at end punctuation instead: a window boundary, not a
-sentence, whose places the shipped verifier numbers depend on.
+The NLI verifier's premise windows are cut at end punctuation instead (``models.nli.split_at_end_punctuation``): a
+window boundary, not a sentence, whose places the shipped verifier numbers depend on.
 """
 
 from __future__ import annotations
