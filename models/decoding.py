@@ -118,15 +118,7 @@ class GrammarCache:
         key = (kind, spec)
         with self._lock:
             if key not in self._compiled:
-                if kind == "json_schema":
-                    grammar = self.compiler.compile_grammar(json_schema_grammar(self.xgrammar, spec))
-                elif kind == "regex":
-                    grammar = self.compiler.compile_regex(spec)
-                elif kind == "choice":
-                    grammar = self.compiler.compile_grammar(choice_grammar(json.loads(spec)))
-                else:
-                    raise ValueError(f"unknown constraint kind {kind!r}")
-                self._compiled[key] = grammar
+                self._compiled[key] = self.compiler.compile_grammar(grammar_of(self.xgrammar, kind, spec))
             return self._compiled[key]
 
     def processor(self, kind: str, spec: str) -> GrammarMask:
@@ -171,18 +163,21 @@ class GrammarMask(LogitsProcessor):
         return scores.to(device)
 
 
+def grammar_of(xgrammar: Any, kind: str, spec: str) -> Any:
+    """The xgrammar ``Grammar`` the engine enforces for a constraint (``SamplingParams.constraint``)."""
+    if kind == "json_schema":
+        return xgrammar.Grammar.from_ebnf(json_schema_grammar(xgrammar, spec))
+    if kind == "regex":
+        return xgrammar.Grammar.from_regex(spec)
+    if kind == "choice":
+        return xgrammar.Grammar.from_ebnf(choice_grammar(json.loads(spec)))
+    raise ValueError(f"unknown constraint kind {kind!r}")
+
+
 def grammar_accepts(kind: str, spec: str, text: str) -> bool:
     """Whether the grammar the engine enforces for a constraint admits ``text`` (no tokenizer needed): how tests
     check a schema against well-formed and malformed answers."""
     import xgrammar
     from xgrammar.testing import _is_grammar_accept_string
 
-    if kind == "json_schema":
-        grammar = xgrammar.Grammar.from_ebnf(json_schema_grammar(xgrammar, spec))
-    elif kind == "regex":
-        grammar = xgrammar.Grammar.from_regex(spec)
-    elif kind == "choice":
-        grammar = xgrammar.Grammar.from_ebnf(choice_grammar(json.loads(spec)))
-    else:
-        raise ValueError(f"unknown constraint kind {kind!r}")
-    return bool(_is_grammar_accept_string(grammar, text))
+    return bool(_is_grammar_accept_string(grammar_of(xgrammar, kind, spec), text))
