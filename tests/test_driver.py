@@ -154,7 +154,8 @@ def sciclaim_argv(folder: Path, encoder: Path, cross_encoder: Path, out: Path, *
     posts, collection = write_posts_and_collection(folder)
     return ["--posts", str(posts), "--collection", str(collection), "--embedder", str(encoder), "--max_length",
             "64", "--reranker", "cross_encoder", "--cross_encoder", str(cross_encoder), "--candidates", "4",
-            "--fusion_depth", "4", "--top_k", "4", "--posts_per_call", "1", "--progress", "false", "--output_dir", str(out), *extra]
+            "--fusion_depth", "4", "--top_k", "4", "--posts_per_call", "1", "--progress", "false", "--output_dir",
+            str(out), *extra]
 
 
 def test_sciclaim_killed_mid_run_resumes_each_post_once(tiny_encoder_dir: Path, tiny_cross_encoder: Path,
