@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fever8_files import write_fever8_csv
 
 from veracity.data_prep.averitec import flat_pairs, format_fever8_evidence, parse_fever8_evidence, qa_pair
 from veracity.data_prep.schema import QAAnswer, QAPair
@@ -204,21 +204,13 @@ def test_evi_parse_and_format_round_trip() -> None:
         parse_fever8_evidence("a question with no answer separator\t\t\n\n")
 
 
-def write_csv(path: Path, rows: list[tuple[str, str, list[QAPair], str]], split: str) -> Path:
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["id", "claim", "evi", "label", "split"])
-        writer.writerows([(i, claim, format_fever8_evidence(qa), label, split) for i, claim, qa, label in rows])
-    return path
-
-
 GOLD = [("0", "claim zero", [qa_pair("Who wrote the letter to Steve Jobs?", "A satirical website did.")], "Refuted"),
         ("1", "claim one", [qa_pair("When was the bill passed?", "In March 2020.")], "Supported"),
         ("2", "claim two", [qa_pair("Is the photo real?", "No, it is edited.")], "Refuted")]
 
 
 def test_read_claims_round_trip_from_csv(tmp_path: Path) -> None:
-    records = read_claims(write_csv(tmp_path / "gold.csv", GOLD, "gold"), "gold")
+    records = read_claims(write_fever8_csv(tmp_path / "gold.csv", GOLD, "gold"), "gold")
     assert list(records) == ["0", "1", "2"]
     assert records["1"].pairs == GOLD[1][2] and records["1"].label == "Supported"
 
@@ -226,9 +218,9 @@ def test_read_claims_round_trip_from_csv(tmp_path: Path) -> None:
 def test_command_line_joins_on_id_and_writes_metrics(tmp_path: Path, nltk_cache: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VERACITY_CACHE", str(nltk_cache))
-    gold = write_csv(tmp_path / "gold.csv", GOLD, "gold")
+    gold = write_fever8_csv(tmp_path / "gold.csv", GOLD, "gold")
     # predictions in another order, claim 1 missing: id 2 must be scored against gold 2, not by position
-    predictions = write_csv(tmp_path / "pred.csv", [GOLD[2], GOLD[0]], "pred")
+    predictions = write_fever8_csv(tmp_path / "pred.csv", [GOLD[2], GOLD[0]], "pred")
     out = tmp_path / "run"
     metrics = main(["--predictions", str(predictions), "--gold", str(gold), "--output_dir", str(out),
                     "--progress", "false"])
@@ -246,14 +238,14 @@ def test_command_line_joins_on_id_and_writes_metrics(tmp_path: Path, nltk_cache:
 def test_json_predictions_match_csv_predictions(tmp_path: Path, nltk_cache: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VERACITY_CACHE", str(nltk_cache))
-    gold = write_csv(tmp_path / "gold.csv", GOLD, "gold")
+    gold = write_fever8_csv(tmp_path / "gold.csv", GOLD, "gold")
     as_json = [{"claim_id": int(i), "claim": c, "pred_label": label,
                 "evidence": [{"question": q, "answer": a} for q, a in flat_pairs(qa)]}
                for i, c, qa, label in [GOLD[2], GOLD[0]]]
     (tmp_path / "pred.json").write_text(json.dumps(as_json))
     from_json = main(["--predictions", str(tmp_path / "pred.json"), "--gold", str(gold),
                       "--output_dir", str(tmp_path / "a"), "--progress", "false"])
-    from_csv = main(["--predictions", str(write_csv(tmp_path / "pred.csv", [GOLD[2], GOLD[0]], "pred")),
+    from_csv = main(["--predictions", str(write_fever8_csv(tmp_path / "pred.csv", [GOLD[2], GOLD[0]], "pred")),
                      "--gold", str(gold), "--output_dir", str(tmp_path / "b"), "--progress", "false"])
     assert {k: from_json[k] for k in ("q_only", "qa", "old_averitec_score")} == \
         {k: from_csv[k] for k in ("q_only", "qa", "old_averitec_score")}
@@ -271,7 +263,7 @@ def test_gold_json_in_the_official_layout(tmp_path: Path) -> None:
 
 
 def test_bad_files_exit_2_naming_file_line_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    gold = write_csv(tmp_path / "gold.csv", GOLD, "gold")
+    gold = write_fever8_csv(tmp_path / "gold.csv", GOLD, "gold")
     no_evi = tmp_path / "no_evi.csv"
     no_evi.write_text("id,claim,label,split\n0,c,Refuted,pred\n")
     with pytest.raises(SystemExit) as info:
@@ -281,7 +273,7 @@ def test_bad_files_exit_2_naming_file_line_and_field(tmp_path: Path, capsys: pyt
     assert err.count("\n") == 0 and f"{no_evi}:1: field 'evi'" in err
 
     rows = [*GOLD[:2], ("2", "claim two", [], "Refuted")]
-    malformed = write_csv(tmp_path / "malformed.csv", rows, "pred")
+    malformed = write_fever8_csv(tmp_path / "malformed.csv", rows, "pred")
     question = '"When was the bill passed?'
     text = malformed.read_text().replace(question + "\t\t\nIn March 2020.", question)  # answer and separator gone
     malformed.write_text(text)
@@ -293,7 +285,7 @@ def test_bad_files_exit_2_naming_file_line_and_field(tmp_path: Path, capsys: pyt
     line = next(n for n, row in enumerate(text.splitlines(), start=1) if row.startswith("1,claim one,"))
     assert line == 6 and f"{malformed}:{line}: field 'evi'" in err  # header, then id 0 on lines 2-5
 
-    bad_label = write_csv(tmp_path / "bad_label.csv", [(*GOLD[0][:3], "False")], "pred")
+    bad_label = write_fever8_csv(tmp_path / "bad_label.csv", [(*GOLD[0][:3], "False")], "pred")
     with pytest.raises(SystemExit):
         main(["--predictions", str(bad_label), "--gold", str(gold), "--output_dir", str(tmp_path / "o")])
     assert "field 'label'" in capsys.readouterr().err

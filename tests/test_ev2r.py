@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
+from fever8_files import write_fever8_csv
 
-from veracity.data_prep.averitec import format_fever8_evidence, qa_pair
-from veracity.data_prep.schema import QAPair
+from veracity.data_prep.averitec import qa_pair
 from veracity.infer.eval.ev2r import (
     Ev2RSettings,
     aggregate_ev2r,
@@ -128,14 +127,6 @@ def test_a_dead_judge_is_recorded_and_counted_not_zero() -> None:
     assert metrics["ev2r_new_averitec_score_failures_as_zero"] == 0.0
 
 
-def write_csv(path: Path, rows: list[tuple[str, str, list[QAPair], str]], split: str) -> Path:
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["id", "claim", "evi", "label", "split"])
-        writer.writerows([(i, claim, format_fever8_evidence(qa), label, split) for i, claim, qa, label in rows])
-    return path
-
-
 def test_eval_averitec_with_a_scripted_judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from veracity.infer.eval import averitec
     from veracity.models.nltk_data import ensure_nltk_data
@@ -146,10 +137,10 @@ def test_eval_averitec_with_a_scripted_judge(tmp_path: Path, monkeypatch: pytest
     judge = ScriptedJudge({"MARK0": [counts(2, 2, 2, 2), counts(1, 1, 1, 1)],
                            "MARK1": ["bad", "bad", counts(1, 0, 1, 0)]})
     monkeypatch.setattr(averitec, "make_engine", lambda config: judge)
-    gold = write_csv(tmp_path / "gold.csv", [("0", "MARK0", [qa_pair("Who?", "X.")], "Refuted"),
+    gold = write_fever8_csv(tmp_path / "gold.csv", [("0", "MARK0", [qa_pair("Who?", "X.")], "Refuted"),
                                              ("1", "MARK1", [qa_pair("When?", "2020.")], "Supported"),
                                              ("2", "MARK2", [qa_pair("Where?", "Here.")], "Refuted")], "gold")
-    pred = write_csv(tmp_path / "pred.csv", [("0", "MARK0", [qa_pair("Who?", "X.")], "Refuted"),
+    pred = write_fever8_csv(tmp_path / "pred.csv", [("0", "MARK0", [qa_pair("Who?", "X.")], "Refuted"),
                                              ("1", "MARK1", [qa_pair("When?", "2021.")], "Supported")], "pred")
     out = tmp_path / "eval"
     metrics = averitec.main(["--predictions", str(pred), "--gold", str(gold), "--output_dir", str(out),
