@@ -153,7 +153,7 @@ class _Stub:
 
 def test_every_sampling_parameter_is_in_the_cache_key() -> None:
     changed = {"n": 2, "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 7, "seed": 1, "stop": ("\n",),
-               "logprobs": False, "json_schema": '{"type": "object"}'}
+               "logprobs": False, "json_schema": '{"type": "object"}', "regex": "[0-9]", "choice": ("yes", "no")}
     assert set(changed) == {f.name for f in dataclasses.fields(SamplingParams)}, "a new field needs a check here"
     base = request_key(_Stub(), GenerationRequest(messages=tuple(HELLO)))  # type: ignore[arg-type]
     for name, value in changed.items():
