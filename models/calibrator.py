@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from veracity.io import write_json
+
 # /2: the R2VC features changed meaning (issue 24): label_agreement counts every candidate the decision chooses
 # among, the NLI candidate included, and a missing log-probability is no longer 0.0. A /1 file was fit on the old
 # features, so its weights do not apply to the new ones: it is refused with a request to refit.
@@ -105,8 +107,6 @@ class LogisticCalibrator:
         return {"format": FORMAT, **asdict(self)}
 
     def save(self, path: str | Path) -> Path:
-        from veracity.io import write_json
-
         write_json(path, self.to_dict())
         return Path(path)
 

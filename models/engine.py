@@ -242,24 +242,24 @@ def make_engine(config: EngineConfig) -> Engine:
     """Build the configured engine, wrapped in the response cache when one is set."""
     engine: Engine
     if config.engine == "transformers":
-        from veracity.models.hf_engine import TransformersEngine
+        from veracity.models.hf_engine import TransformersEngine  # lazy: torch; hf_engine imports this module
 
         engine = TransformersEngine(config.model, adapter=config.adapter, batch_size=config.batch_size,
                                     dtype=config.dtype)
     elif config.engine == "openai":
-        from veracity.models.openai_engine import OpenAIEngine
+        from veracity.models.openai_engine import OpenAIEngine  # lazy: openai_engine imports this module (cycle)
 
         engine = OpenAIEngine(config.model, base_url=config.base_url, api_key=config.api_key, timeout=config.timeout,
                               max_retries=config.max_retries, concurrency=config.concurrency,
                               send_generation_config=config.send_generation_config, server=config.server)
     elif config.engine == "vllm":
-        from veracity.models.vllm_engine import VLLMEngine
+        from veracity.models.vllm_engine import VLLMEngine  # lazy: vllm_engine imports this module (cycle)
 
         engine = VLLMEngine(config.model, dtype=config.dtype)
     else:
         raise ValueError(f"unknown engine {config.engine!r}; choose transformers, openai or vllm")
     if config.cache:
-        from veracity.models.cache import CachedEngine, ResponseCache
+        from veracity.models.cache import CachedEngine, ResponseCache  # lazy: cache.py imports this module (cycle)
 
         engine = CachedEngine(engine, ResponseCache(config.cache))
     return engine

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from veracity.io import sha256_file, write_json
+from veracity.models.paths import cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +47,6 @@ def fingerprinted_files(folder: Path) -> list[Path]:
 
 def sidecar_path(folder: Path) -> Path:
     """Where the stored weight hashes of ``folder`` live: inside it if writable, else in the veracity cache."""
-    from veracity.models.registry import cache_dir
-
     folder = folder.resolve()
     # Root may write anywhere, so os.access alone would let us write into shared read-only folders (mode r-x):
     # the folder's own write bits count too.

@@ -16,6 +16,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from veracity.models.paths import cache_dir
+
 logger = logging.getLogger(__name__)
 
 WORDNET_ENV = "VERACITY_WORDNET_DIR"  # a folder with the WordNet 3.0 database files, instead of Debian's
@@ -124,8 +126,6 @@ def ensure_nltk_data(root: str | Path | None = None) -> Path:
         NLTKDataError: the WordNet database is missing on this machine (names the apt packages).
     """
     import nltk
-
-    from veracity.models.registry import cache_dir
 
     target = Path(root) if root is not None else cache_dir() / "nltk_data"
     if not (target / _MARKER).is_file():

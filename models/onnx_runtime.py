@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from veracity.io import atomic_directory
+from veracity.models.fingerprint import model_fingerprint
+from veracity.models.paths import cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +29,6 @@ FILES = {"onnx": "model.onnx", "onnx_int8": "model.int8.onnx"}
 def onnx_dir(folder: Path, fingerprint: str) -> Path:
     """Where the ONNX graphs of the model with ``fingerprint`` live: by content, so a copy of the model (an installed
     verifier) finds the graphs of its original, and a retrained one never does."""
-    from veracity.models.registry import cache_dir
-
     return cache_dir() / "onnx" / fingerprint
 
 
@@ -74,8 +74,6 @@ def is_current(target: Path, fingerprint: str) -> bool:
 
 def has_onnx(folder: Path) -> bool:
     """Whether the model in ``folder`` has current ONNX graphs (its fingerprint's folder, complete)."""
-    from veracity.models.fingerprint import model_fingerprint
-
     fingerprint = model_fingerprint(folder)
     return is_current(onnx_dir(folder, fingerprint), fingerprint)
 
@@ -83,8 +81,6 @@ def has_onnx(folder: Path) -> bool:
 def export_model(folder: Path) -> Path:
     """Export the sequence-classification model in ``folder`` (both graphs) unless current ones exist."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from veracity.models.fingerprint import model_fingerprint
 
     fingerprint = model_fingerprint(folder)
     target = onnx_dir(folder, fingerprint)

@@ -25,21 +25,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from veracity.data_prep.schema import NLI_TO_TERNARY, to_nli
+from veracity.io import atomic_directory
 from veracity.models.fingerprint import model_fingerprint  # noqa: F401 - callers import it from the registry
+from veracity.models.gguf import convert_gguf
+from veracity.models.onnx_bert import convert_onnx_cross_encoder, convert_onnx_sentence_encoder
+from veracity.models.onnx_runtime import export_model
+from veracity.models.paths import cache_dir
 
 logger = logging.getLogger(__name__)
-CACHE_ENV = "VERACITY_CACHE"
 MODELS_ROOT_ENV = "VERACITY_MODELS_ROOT"
 # Relative to the working directory: a checkout beside shared/ (../shared/models) or one that holds it.
 DEFAULT_MODELS_ROOTS = ("../shared/models", "shared/models")
 EMBEDDED = "embedded"
 REAL = "real"
 VERIFIER_FOLDER = "nli-verifier-minilm"  # the embedded verifier's folder name in the cache and the models root
-
-
-def cache_dir() -> Path:
-    """Where converted and trained models live: ``$VERACITY_CACHE`` or ``~/.cache/veracity``."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "veracity")
 
 
 def models_roots() -> list[Path]:
@@ -75,15 +75,11 @@ class EmbeddedModel:
 
 
 def _convert_smollm2(package_dir: Path) -> Path:
-    from veracity.models.gguf import convert_gguf
-
     target = cache_dir() / "models" / "smollm2-135m-instruct"
     return convert_gguf(package_dir, "SmolLM2-135M-Instruct.Q4_1.gguf", target)
 
 
 def _convert_bge_small(package_dir: Path) -> Path:
-    from veracity.models.onnx_bert import convert_onnx_sentence_encoder
-
     target = cache_dir() / "models" / "bge-small-en-v1.5-float"
     return convert_onnx_sentence_encoder(package_dir, target, pooling="cls")
 
@@ -91,8 +87,6 @@ def _convert_bge_small(package_dir: Path) -> Path:
 def float_reranker() -> Path:
     """The embedded reranker (INT8 ONNX ms-marco-MiniLM-L-12-v2) as a float transformers folder, converted once:
     the starting point of the models we fine-tune (NLI verifier, SciClaimSeekers reranker)."""
-    from veracity.models.onnx_bert import convert_onnx_cross_encoder
-
     return convert_onnx_cross_encoder(resolve_model("reranker"), cache_dir() / "models" / "ms-marco-minilm-l12-float")
 
 
@@ -108,8 +102,6 @@ def check_nli_folder(folder: Path) -> None:
     neutral and contradiction.
     """
     from transformers import AutoConfig
-
-    from veracity.data_prep.schema import NLI_TO_TERNARY, to_nli
 
     try:
         config = AutoConfig.from_pretrained(folder)
@@ -274,8 +266,6 @@ def install_model(role: str, source: str | Path) -> Path:
     Raises:
         KeyError: unknown role. ValueError: a role without a cache location, or a folder that fails the check.
     """
-    from veracity.io import atomic_directory
-
     if role not in ROLES:
         raise KeyError(f"unknown model role {role!r}; roles: {sorted(ROLES)}")
     spec = ROLES[role]
@@ -344,8 +334,6 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
         elif args.command == "install":
             folder = install_model(args.role, args.path)
         elif args.command == "export-onnx":
-            from veracity.models.onnx_runtime import export_model
-
             folder = export_model(resolve_model(args.role, args.name))
         else:
             _list_roles()
