@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from veracity.data_prep.context import LoadContext
+from veracity.data_prep.errors import DataError
 from veracity.data_prep.fever import convert_fever_rows
 from veracity.data_prep.rows import RawRow
 from veracity.data_prep.schema import Record
@@ -71,8 +72,6 @@ HUB_DATASETS: dict[str, tuple[str | None, HubConverter]] = {
 def parse_hub_spec(spec: str) -> tuple[str, str]:
     """``name:split`` → (name, split); an unknown name or a missing split is a one-line DataError naming the
     ``--hub`` value (the CLI exits 2 with it, before anything is written)."""
-    from veracity.data_prep.errors import DataError
-
     name, _, split = spec.partition(":")
     if name not in HUB_DATASETS:
         raise DataError(f"--hub {spec}", None, f"no converter for hub dataset {name!r}; known: {sorted(HUB_DATASETS)}")
@@ -87,8 +86,6 @@ def load_hub(ctx: LoadContext, spec: str, wiki_pages: Path | None = None) -> dic
     Raises:
         DataError: an unknown dataset, a spec without a split, or a download that failed (named with its cause).
     """
-    from veracity.data_prep.errors import DataError
-
     name, split = parse_hub_spec(spec)
     config, converter = HUB_DATASETS[name]
     out = f"hub_{name.replace('/', '_')}_{split}"

@@ -34,12 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
 from veracity.data_prep.averitec import load_averitec
 from veracity.data_prep.checkthat import load_checkthat
 from veracity.data_prep.climate_fever import load_climate_fever
 from veracity.data_prep.context import LoadContext
-from veracity.data_prep.errors import ErrorPolicy
+from veracity.data_prep.errors import DataError, ErrorPolicy
 from veracity.data_prep.fever import load_fever
+from veracity.data_prep.hub import load_hub
 from veracity.data_prep.limits import enforce_limits
 from veracity.data_prep.nli import load_nli
 from veracity.data_prep.prepared import MANIFEST
@@ -48,6 +51,7 @@ from veracity.data_prep.splits import SplitSpec, assign_group_splits
 from veracity.data_prep.vitaminc import load_vitaminc
 from veracity.data_prep.watclaimcheck import load_watclaimcheck
 from veracity.io import sha256_file, write_json, write_jsonl
+from veracity.rundir import write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +163,6 @@ def load_all(config: PrepConfig) -> tuple[dict[str, list[Record]], LoadContext, 
         logger.info("loading %s from %s", name, data_root)
         outputs.update(DATASETS[name](ctx, config))
     if config.hub:
-        from veracity.data_prep.hub import load_hub
-
         for spec in config.hub:
             wiki = Path(config.fever_wiki_pages) if config.fever_wiki_pages else None
             outputs.update(load_hub(ctx, spec, wiki))
@@ -223,16 +225,10 @@ def format_summary(manifest: dict[str, object]) -> str:
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((PrepConfig,), "veracity prep")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
-    from veracity.config import parse_config
-    from veracity.data_prep.errors import DataError
-    from veracity.rundir import write_run_config
-
     (config,) = parse_config(make_parser(), argv)
     try:
         loaded = load_all(config)
