@@ -28,6 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.errors import DataError
+from veracity.data_prep.readers import read_jsonl
+from veracity.io import parse_jsonl  # the project's one JSONL parser (a record holding U+2028 stays whole)
+
 logger = logging.getLogger(__name__)
 Item = dict[str, Any]
 
@@ -72,8 +76,6 @@ class IdCheck:
         self.first_line: dict[str, int] = {}
 
     def check(self, line: int, row: Item) -> str:
-        from veracity.data_prep.errors import DataError
-
         value = row.get(self.id_field)
         if value is None or value == "":
             raise DataError(self.path, line, "missing id", field=self.id_field)
@@ -87,15 +89,11 @@ class IdCheck:
     def require_some(self, what: str = "items") -> None:
         """An input without a single row is an error too (a run over nothing would report n = 0 as a result)."""
         if not self.first_line:
-            from veracity.data_prep.errors import DataError
-
             raise DataError(self.path, None, f"no {what}: the file is empty (one JSON object per line expected)")
 
 
 def checked_rows(path: str | Path, id_field: str = "id") -> list[Item]:
     """The rows of a JSONL input, each with an id no other row has, at least one; else a one-line DataError."""
-    from veracity.data_prep.readers import read_jsonl
-
     ids = IdCheck(path, id_field)
     rows = []
     for line, row in read_jsonl(path):
@@ -162,8 +160,6 @@ def recover_statuses(path: Path) -> dict[str, str]:
                 record = json.loads(line)
                 statuses[str(record["id"])] = str(record.get("status", "ok"))
             except (json.JSONDecodeError, KeyError, TypeError) as error:
-                from veracity.data_prep.errors import DataError
-
                 raise DataError(path, number, f"not a batch output record ({error}); refusing to append (choose "
                                               "another --output_dir)") from None
     return statuses
@@ -177,8 +173,6 @@ def recover_output(path: Path) -> set[str]:
 def latest_records(path: str | Path, what: str = "a batch output record") -> list[dict[str, Any]]:
     """The records of a batch output, one per id: the last one written (a retried error is replaced), in the
     order the ids first appear. A line that is not a record is a ValueError naming ``path:line`` (and ``what``)."""
-    from veracity.io import parse_jsonl  # the project's one JSONL parser (a record holding U+2028 stays whole)
-
     latest: dict[str, dict[str, Any]] = {}
     with open(path, "rb") as handle:
         for number, record, problem in parse_jsonl(handle):
@@ -187,8 +181,6 @@ def latest_records(path: str | Path, what: str = "a batch output record") -> lis
                     raise ValueError(problem)
                 latest[str(record["id"])] = record
             except (ValueError, KeyError, TypeError) as error:
-                from veracity.data_prep.errors import DataError
-
                 raise DataError(path, number, f"not {what} ({error})") from None
     return list(latest.values())
 

@@ -25,6 +25,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
 from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, TERNARY_LABELS, TERNARY_TO_NLI, ClaimExample
 from veracity.infer.metrics import (
@@ -38,8 +40,9 @@ from veracity.infer.metrics import (
 from veracity.infer.pipelines.r2vc.prompt import answer_schema, parse_r2vc_answer, prompt_messages
 from veracity.infer.structured import schema_text, token_budget
 from veracity.io import write_json, write_jsonl
-from veracity.models.engine import Engine, GenerationRequest
+from veracity.models.engine import Engine, EngineConfig, GenerationRequest, make_engine
 from veracity.models.nli import NLIVerifier
+from veracity.rundir import write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -168,17 +171,10 @@ def markdown(results: dict[str, dict[str, Any]], kind: str) -> str:
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-    from veracity.models.engine import EngineConfig
-
     return parser_for((CheckpointEvalArgs, EngineConfig), "veracity eval checkpoint")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from veracity.config import parse_config
-    from veracity.models.engine import make_engine
-    from veracity.rundir import write_run_config
-
     args, engine_config = parse_config(make_parser(), argv)
     engine = make_engine(engine_config) if args.kind == "generator" else None
     decoding = engine.decoding(["json_schema"] if args.constrained else []) if engine is not None else None

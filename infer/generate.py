@@ -30,9 +30,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.infer.batch import checked_rows, output_lock, parse_shard, run_batch, shard_file
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.errors import DataError
+from veracity.infer.batch import checked_rows, latest_records, output_lock, parse_shard, run_batch, shard_file
 from veracity.infer.parsing import extract_json_object
-from veracity.models.engine import Engine, EngineConfig, GenerationRequest, SamplingOptions, SamplingParams
+from veracity.io import write_json
+from veracity.models.engine import (
+    Engine,
+    EngineConfig,
+    GenerationRequest,
+    SamplingOptions,
+    SamplingParams,
+    make_engine,
+)
+from veracity.rundir import write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +107,6 @@ def load_schema(path: str | None) -> str | None:
     """The schema file as compact JSON text (what the request and its cache key carry); None without one."""
     if not path:
         return None
-    from veracity.data_prep.errors import DataError
 
     try:
         schema = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -150,17 +161,10 @@ def make_processor(engine: Engine, args: GenerateArgs, params: SamplingParams):
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((GenerateArgs, SamplingOptions, EngineConfig), "veracity infer generate")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from veracity.config import parse_config
-    from veracity.io import write_json
-    from veracity.models.engine import make_engine
-    from veracity.rundir import write_run_config
-
     args, sampling, engine_config = parse_config(make_parser(), argv)
     shard = parse_shard(args.shard)
     out = Path(args.output_dir)
@@ -200,8 +204,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 def parse_failures(path: Path) -> dict[str, Any]:
     """How many candidates of the output (the last record of each id) did not parse, by reason."""
     from collections import Counter
-
-    from veracity.infer.batch import latest_records
 
     reasons: Counter[str] = Counter()
     total = 0

@@ -15,6 +15,7 @@ import faiss
 import numpy as np
 
 from veracity.infer.retrieval.fusion import Hits
+from veracity.models.registry import model_fingerprint, resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +41,6 @@ class DenseEncoder:
 
     def __init__(self, spec: EncoderSpec, show_progress: bool = False):
         from sentence_transformers import SentenceTransformer
-
-        from veracity.models.registry import model_fingerprint, resolve_model
 
         self.spec = spec
         self.folder = resolve_model("embedder", spec.model)

@@ -23,11 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.data_prep.prepared import prepared_path, read_prepared
+from veracity.infer.retrieval.dense import DenseEncoder
 from veracity.infer.retrieval.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K, Hits
 from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, LoadedIndex, build_index, load_index
 from veracity.infer.retrieval.metrics import paired_randomization_test, per_query_metrics, retrieval_metrics
+from veracity.infer.retrieval.rerank import CrossEncoderReranker
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings, combine
 from veracity.io import atomic_writer, write_json, write_jsonl
+from veracity.rundir import write_run_config
 
 logger = logging.getLogger(__name__)
 TABLE_METRICS = ("recall@5", "recall@20", "mrr@5", "hit@1", "hit@5", "ndcg@10")
@@ -52,16 +58,12 @@ class RetrievalEvalConfig:
 
 def load_queries(prepared: Path, name: str, split: str, limit: int | None) -> list[dict]:
     """The ``split`` queries of prepared output ``name`` (through the manifest), as plain dicts."""
-    from veracity.data_prep.prepared import read_prepared
-
     rows = [q.to_dict() for q in read_prepared(prepared, name, [split])]
     return rows[:limit] if limit else rows
 
 
 def _index_for(corpus: Path, folder: Path, settings: IndexSettings) -> LoadedIndex:
     """The index in ``folder`` if it matches this corpus and encoder, else a fresh build (one encoder load)."""
-    from veracity.infer.retrieval.dense import DenseEncoder
-
     encoder = DenseEncoder(settings.encoder_spec()) if settings.dense else None
     try:
         return load_index(folder, corpus=corpus, encoder=encoder)
@@ -76,8 +78,6 @@ def _score(rankings: Sequence[Hits], queries: Sequence[dict]) -> dict[str, float
 
 
 def evaluate_benchmark(name: str, config: RetrievalEvalConfig, settings: IndexSettings) -> dict[str, object]:
-    from veracity.data_prep.prepared import prepared_path
-
     prepared = Path(config.prepared_dir)
     evaluation = load_queries(prepared, f"{name}_queries", config.eval_split, config.max_queries)
     tuning = load_queries(prepared, f"{name}_queries", config.tune_split, config.max_queries)
@@ -105,8 +105,6 @@ def evaluate_benchmark(name: str, config: RetrievalEvalConfig, settings: IndexSe
         f"RRF k={config.rrf_k}": fused("rrf", 0, ev_sparse, ev_dense),
     }
     if config.rerank:
-        from veracity.infer.retrieval.rerank import CrossEncoderReranker
-
         reranker = CrossEncoderReranker(config.reranker)
         texts = index.texts()
         for label in (f"α*={best_alpha:g} (tuned on {config.tune_split})", f"RRF k={config.rrf_k}"):
@@ -211,15 +209,10 @@ def markdown_table(result: dict[str, object]) -> str:
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((RetrievalEvalConfig, IndexSettings), "veracity eval retrieval")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
-    from veracity.config import parse_config
-    from veracity.rundir import write_run_config
-
     config, settings = parse_config(make_parser(), argv)
     write_run_config(config.output_dir, config, settings, job="eval retrieval")
     results = {name: evaluate_benchmark(name, config, settings) for name in config.benchmarks}

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from veracity.data_prep.errors import DataError
+from veracity.data_prep.readers import read_jsonl
 from veracity.infer.retrieval.analyzers import Analyzer
 from veracity.infer.retrieval.dense import DenseEncoder, DenseIndex, EncoderSpec, FaissParams, new_faiss_index
 from veracity.infer.retrieval.sparse import BM25Index, BM25Params
@@ -86,14 +88,10 @@ def document_text(doc: dict[str, object], include_title: bool) -> str:
 
 def iter_corpus(path: Path, batch: int) -> Iterator[list[dict[str, object]]]:
     """Batches of corpus records; a record without ``doc_id``/``text`` is an error naming file and line."""
-    from veracity.data_prep.readers import read_jsonl
-
     chunk: list[dict[str, object]] = []
     for line, row in read_jsonl(path):
         for name in ("doc_id", "text"):
             if not isinstance(row.get(name), str):
-                from veracity.data_prep.errors import DataError
-
                 raise DataError(path, line, "missing or not a string", field=name)
         chunk.append(row)
         if len(chunk) >= batch:
@@ -107,9 +105,6 @@ def check_corpus(path: str | Path) -> int:
     """Read the whole corpus once before anything is written: every record has a string ``doc_id`` and ``text``
     and no ``doc_id`` repeats. Returns the number of documents; a bad record is a DataError naming file and line
     (a repeated id also the line it was first on), and so is a corpus without documents."""
-    from veracity.data_prep.errors import DataError
-    from veracity.data_prep.readers import read_jsonl
-
     first: dict[str, int] = {}
     for line, row in read_jsonl(path):
         for name in ("doc_id", "text"):

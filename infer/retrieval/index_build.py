@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.infer.retrieval.index import IndexSettings
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
+from veracity.infer.retrieval.index import IndexSettings, build_index, check_corpus
+from veracity.rundir import write_run_config
 
 
 @dataclass
@@ -23,16 +26,10 @@ class BuildArgs:
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((BuildArgs, IndexSettings), "veracity index build")
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    from veracity.config import parse_config
-    from veracity.infer.retrieval.index import build_index, check_corpus
-    from veracity.rundir import write_run_config
-
     build, settings = parse_config(make_parser(), argv)
     documents = check_corpus(build.corpus)  # a bad record (DataError, exit 2) stops here, before anything is written
     write_run_config(build.output_dir, build, settings, job="index build")

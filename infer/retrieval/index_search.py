@@ -11,8 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
 from veracity.infer.retrieval.fusion import Hits
-from veracity.infer.retrieval.searcher import SearchSettings
+from veracity.infer.retrieval.index import load_index
+from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 
 
 @dataclass
@@ -23,16 +26,10 @@ class SearchArgs:
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((SearchArgs, SearchSettings), "veracity index search")
 
 
 def main(argv: Sequence[str] | None = None) -> list[Hits]:
-    from veracity.config import parse_config
-    from veracity.infer.retrieval.index import load_index
-    from veracity.infer.retrieval.searcher import Searcher
-
     search, settings = parse_config(make_parser(), argv)
     index = load_index(search.index_dir, corpus=search.corpus)
     texts = index.texts()

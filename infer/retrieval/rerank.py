@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from veracity.infer.retrieval.fusion import Hits
+from veracity.models.registry import resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,6 @@ class CrossEncoderReranker:
     """Scores (query, document) pairs; higher is more relevant."""
 
     def __init__(self, model: str = "embedded", max_length: int = 512, batch_size: int = 32):
-        from veracity.models.registry import resolve_model
-
         self.folder = resolve_model("reranker", model)
         self.batch_size = batch_size
         if (self.folder / "config.json").exists():
