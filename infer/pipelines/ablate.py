@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.cli import COMMANDS, SUBCOMMANDS
 from veracity.config import load_config_values, parse_config
 from veracity.config import make_parser as parser_over
 from veracity.infer.pipelines.driver import PIPELINES, build_configs, pipeline_class, run_pipeline
@@ -96,8 +97,6 @@ def cell(value: Any) -> str:
 
 def run_scorer(argv: Sequence[str]) -> dict[str, Any]:
     """A ``veracity`` command (``eval m4 …``) run in this process; returns what its ``main`` returns."""
-    from veracity.cli import COMMANDS, SUBCOMMANDS
-
     command, *rest = argv
     module = COMMANDS[command][0]
     if module in SUBCOMMANDS:

@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_over
+from veracity.config import parse_config
 from veracity.data_prep.errors import DataError
 from veracity.infer.batch import latest_records, layout_files, output_lock, parse_shard, run_batch, shard_file
 from veracity.infer.pipelines.contract import Pipeline, Record
@@ -146,9 +148,6 @@ def entry(cls: type[Pipeline], usage: str) -> tuple[Callable[[], Any], Callable[
                                                     Callable[[Sequence[str] | None], dict[str, Any]]]:
     """``(make_parser, run, main)`` of ``veracity infer <cls.name>``: the parser over the pipeline's configs, a
     run on parsed configs, and ``main(argv)`` (what the CLI and the tests call)."""
-    from veracity.config import make_parser as parser_over
-    from veracity.config import parse_config
-
     def make_parser() -> Any:
         return parser_over(cls.config_types, prog=f"veracity infer {cls.name}")
 

@@ -24,15 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from veracity.data_prep.errors import DataError
+from veracity.infer.eval.averitec import main as evaluate
 from veracity.infer.pipelines.aic.config import AICConfig
 from veracity.infer.pipelines.aic.outputs import gold_record, load_claims, store_claim_id, write_outputs
 from veracity.infer.pipelines.aic.prompt import answer_budget, answer_schema, parse_aic_answer, prompt_messages
 from veracity.infer.pipelines.aic.retrieval import ClaimIndexCache, FewShotSelector, select_sources
 from veracity.infer.pipelines.aic.store import KnowledgeStore, build_proxy_store, chunk_documents
 from veracity.infer.pipelines.contract import Pipeline
+from veracity.infer.retrieval.dense import DenseEncoder, EncoderSpec
+from veracity.infer.structured import schema_text
 from veracity.io import write_json
 from veracity.models import engine as engines  # engines.make_engine looked up at load time (tests replace it)
-from veracity.models.engine import EngineConfig, GenerationRequest
+from veracity.models.engine import EngineConfig, GenerationRequest, SamplingParams
 
 logger = logging.getLogger(__name__)
 Item = dict[str, Any]
@@ -56,16 +59,13 @@ class AICPipeline:
     def __init__(self, config: AICConfig, engine_config: EngineConfig, store: KnowledgeStore,
                  train_claims: Sequence[Any], engine: Any | None = None):
         """``engine``: an engine to use instead of building one from ``engine_config`` (tests script one)."""
-        from veracity.infer.retrieval.dense import DenseEncoder, EncoderSpec
-        from veracity.models.engine import make_engine
-
         self.config, self.store = config, store
         self.encoder = DenseEncoder(EncoderSpec(model=config.embedder, max_length=config.embed_max_length,
                                                 batch_size=config.embed_batch_size))
         cache_root = config.index_cache or str(Path(config.output_dir) / "index_cache")
         self.indexes = ClaimIndexCache(cache_root, self.encoder, config.chunk_chars)
         self.few_shot = FewShotSelector(train_claims) if config.few_shot > 0 else None
-        self.engine = engine if engine is not None else make_engine(engine_config)
+        self.engine = engine if engine is not None else engines.make_engine(engine_config)
         self.tokenizer = None
         self.answer_prefix = "" if config.constrains else config.answer_prefix  # a constrained answer is JSON alone
         if self.answer_prefix:
@@ -89,8 +89,6 @@ class AICPipeline:
 
     def _constraint(self, num_sources: int) -> dict[str, Any]:
         """The claim's answer schema and its token budget (constrained), or the configured budget."""
-        from veracity.infer.structured import schema_text
-
         c = self.config
         if not c.constrains:
             return {"max_new_tokens": c.max_new_tokens}
@@ -98,8 +96,6 @@ class AICPipeline:
         return {"json_schema": schema_text(answer_schema(*bounds)), "max_new_tokens": answer_budget(*bounds)}
 
     def _request(self, item: Item, attempt: int) -> GenerationRequest:
-        from veracity.models.engine import SamplingParams
-
         params = SamplingParams(n=1, temperature=self.config.retry_temperature if attempt else self.config.temperature,
                                 top_p=self.config.top_p, seed=self.config.seed + attempt, logprobs=False,
                                 **item["_constraint"])
@@ -303,7 +299,6 @@ class AIC(Pipeline):
     def score(self, records: Sequence[dict[str, Any]], run_dir: Path) -> dict[str, Any] | None:
         if not self.config.evaluate:
             return None
-        from veracity.infer.eval.averitec import main as evaluate  # lazy: METEOR (nltk), scipy
 
         return evaluate(["--predictions", str(run_dir / "submission.csv"), "--gold", str(run_dir / "gold.json"),
                          "--output_dir", str(run_dir / "eval"), "--progress", "false"])

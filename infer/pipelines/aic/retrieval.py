@@ -21,6 +21,8 @@ import numpy as np
 
 from veracity.infer.pipelines.aic.store import Chunk
 from veracity.infer.retrieval.fusion import mmr
+from veracity.infer.retrieval.sparse import BM25Index
+from veracity.io import atomic_writer
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +99,6 @@ class ClaimIndexCache:
         and saved."""
         import faiss
 
-        from veracity.io import atomic_writer
-
         cached = self.load(claim_id, store_fingerprint)
         if cached is not None:
             self.reused += 1
@@ -128,8 +128,6 @@ class FewShotSelector:
     """BM25 over the train claims; a train claim with the same text as the query is never an example."""
 
     def __init__(self, train_claims: Sequence[Any]):
-        from veracity.infer.retrieval.sparse import BM25Index
-
         self.claims = [c for c in train_claims if c.questions]
         self.index = BM25Index.build([str(k) for k in range(len(self.claims))], [c.claim for c in self.claims])
 

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from veracity.data_prep.errors import DataError
+from veracity.infer.retrieval.sparse import BM25Index
+from veracity.io import atomic_writer
 
 logger = logging.getLogger(__name__)
 DEFAULT_CHUNK_CHARS = 2048  # mxbai's 512 tokens at ~4 characters per token (the paper's choice)
@@ -252,9 +254,6 @@ def build_proxy_store(claims: Sequence[Any], target_ids: Iterable[str], output: 
         store_id: maps an AveritecClaim id to the store's claim id (default: the id itself).
     """
     import punkt
-
-    from veracity.infer.retrieval.sparse import BM25Index
-    from veracity.io import atomic_writer
 
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)

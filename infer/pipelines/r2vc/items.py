@@ -17,6 +17,7 @@ from veracity.data_prep.splits import hash_int
 from veracity.infer.batch import IdCheck
 from veracity.infer.pipelines.r2vc.config import RETRIEVAL_CORPORA, R2VCConfig
 from veracity.io import write_json
+from veracity.models.calibrator import LogisticCalibrator, calibrator_file
 
 
 def passages_of(example: ClaimExample) -> list[dict[str, str]]:
@@ -92,7 +93,6 @@ def load_calibrator(config: R2VCConfig) -> Any | None:
     anything is written)."""
     if not config.calibrator:
         return None
-    from veracity.models.calibrator import LogisticCalibrator, calibrator_file  # lazy: scikit-learn, numpy
 
     path = calibrator_file(config.calibrator)
     if not path.is_file():

@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from veracity.data_prep.prepared import prepared_path
 from veracity.data_prep.schema import NOT_ENOUGH_INFO
+from veracity.infer.eval.r2vc import main as evaluate
 from veracity.infer.pipelines.contract import Pipeline
 from veracity.infer.pipelines.r2vc.config import R2VCConfig
 from veracity.infer.pipelines.r2vc.items import (
@@ -40,6 +42,7 @@ from veracity.infer.pipelines.r2vc.items import (
     user_items,
 )
 from veracity.infer.pipelines.r2vc.prompt import answer_schema, parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
 from veracity.infer.pipelines.r2vc.signals import (
     NLI_TO_LABEL,
     Signals,
@@ -50,9 +53,13 @@ from veracity.infer.pipelines.r2vc.signals import (
     claim_signals,
     usable_logprob,
 )
+from veracity.infer.retrieval.index import IndexSettings, build_index, load_index
+from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 from veracity.infer.structured import schema_text, token_budget
-from veracity.models.calibrator import CalibratorFeatureError
-from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult
+from veracity.io import sha256_file
+from veracity.models.calibrator import CalibratorFeatureError, LogisticCalibrator, calibrator_file
+from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult, make_engine
+from veracity.models.nli import NLIVerifier
 
 logger = logging.getLogger(__name__)
 Item = dict[str, Any]
@@ -70,8 +77,6 @@ def thresholds(config: R2VCConfig, calibrator: Any | None) -> tuple[float | None
     if config.abstention == "none":
         return None, None
     if config.abstention == "risk_control":
-        from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
-
         held_out = (calibrator.risk_control or {}) if calibrator else {}
         if "holdout_confidence" not in held_out:
             raise ValueError("abstention risk_control: the calibrator keeps no held-out calib scores; fit it with "
@@ -199,19 +204,13 @@ class R2VCPipeline:
     """Loads the generator engine, the verifier, the calibrator and any retrieval index once."""
 
     def __init__(self, config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfig):
-        from veracity.models.nli import NLIVerifier
-
         self.config, self.settings = config, settings
         self.engine = None
         if config.use_generator:
-            from veracity.models.engine import make_engine
-
             self.engine = make_engine(engine_config)
         self.verifier = NLIVerifier(config.nli_model, config.nli_batch_size, backend=config.nli_backend)
         self.calibrator = None
         if config.calibrator:
-            from veracity.models.calibrator import LogisticCalibrator
-
             self.calibrator = LogisticCalibrator.load(config.calibrator)
         thresholds(config, self.calibrator)  # a risk_control run without a chosen τ_cal fails before any work
         if self.calibrator is not None and self.engine is not None:  # before any work, not claim by claim
@@ -221,9 +220,6 @@ class R2VCPipeline:
 
     def model_ids(self) -> dict[str, str]:
         """Each model a record depends on, named by content: the run record keeps them, a resume must match."""
-        from veracity.io import sha256_file
-        from veracity.models.calibrator import calibrator_file
-
         ids = {"verifier": self.verifier.model_id}
         if self.engine is not None:
             ids["generator"] = self.engine.identity
@@ -251,13 +247,8 @@ class R2VCPipeline:
     def _searcher(self, key: str) -> Any:
         """A searcher over ``key``: an index folder, or a prepared corpus (indexed once under index_root)."""
         if key not in self._searchers:
-            from veracity.infer.retrieval.index import IndexSettings, build_index, load_index
-            from veracity.infer.retrieval.searcher import Searcher, SearchSettings
-
             folder = Path(key)
             if not (folder / "index_meta.json").exists():
-                from veracity.data_prep.prepared import prepared_path
-
                 corpus = prepared_path(self.config.prepared_dir, key)
                 folder = Path(self.config.index_root) / key
                 if not (folder / "index_meta.json").exists():
@@ -384,8 +375,6 @@ class R2VC(Pipeline):
         return {"verifier": self.models.verifier.stats.to_dict()} if self.models else {}
 
     def score(self, records: Sequence[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
-        from veracity.infer.eval.r2vc import main as evaluate  # the scorer's files: metrics, predictions, report
-
         metrics = evaluate(["--predictions", str(run_dir / "records.jsonl"), "--output_dir", str(run_dir)])
         return record_scope(run_dir, metrics, self.scope) if self.scope else metrics
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from veracity.infer.pipelines.sciclaimseekers.prompt import SCORE_MAX_NEW_TOKENS
 from veracity.infer.retrieval.dense import E5_INSTRUCT_QUERY_PREFIX
 from veracity.infer.retrieval.fusion import DEFAULT_ALPHA, DEFAULT_RRF_K
 
@@ -80,8 +81,6 @@ class SciClaimConfig:
     @property
     def rerank_new_tokens(self) -> int:
         """``max_new_tokens`` of an LLM rerank request."""
-        from veracity.infer.pipelines.sciclaimseekers.prompt import SCORE_MAX_NEW_TOKENS
-
         if self.max_new_tokens is not None:
             return self.max_new_tokens
         return SCORE_MAX_NEW_TOKENS if self.constrained else UNCONSTRAINED_MAX_NEW_TOKENS

@@ -22,6 +22,7 @@ from typing import Any
 from veracity.data_prep.checkthat_files import Paper, Post, read_collection, read_posts, write_submission
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.sciclaim_tasks import build_task
+from veracity.infer.eval.sciclaim import checkthat_scores
 from veracity.infer.pipelines.contract import Pipeline
 from veracity.infer.pipelines.sciclaimseekers.ablation import (
     ablation_rankings,
@@ -39,9 +40,13 @@ from veracity.infer.pipelines.sciclaimseekers.ranking import (
     order_by_scores,
     top_ids,
 )
+from veracity.infer.retrieval.dense import DenseEncoder
 from veracity.infer.retrieval.fusion import Hits, reciprocal_rank_fusion
-from veracity.io import write_json
-from veracity.models.engine import EngineConfig, GenerationRequest
+from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, build_index, load_index
+from veracity.infer.retrieval.rerank import CrossEncoderReranker
+from veracity.infer.retrieval.searcher import Searcher, SearchSettings
+from veracity.io import atomic_writer, write_json
+from veracity.models.engine import EngineConfig, GenerationRequest, make_engine
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +69,6 @@ class RerankStats:
 
 def write_index_corpus(papers: Sequence[Paper], path: Path) -> Path:
     """The collection as index records (doc_id, title, text = abstract); same papers → same bytes → index reuse."""
-    from veracity.io import atomic_writer
-
     lines = [json.dumps({"doc_id": p.key, "title": p.title, "text": p.abstract}, ensure_ascii=False) for p in papers]
     content = "\n".join(lines) + "\n"
     if not path.is_file() or path.read_text(encoding="utf-8") != content:
@@ -85,9 +88,6 @@ class SciClaimPipeline:
 
     def __init__(self, config: SciClaimConfig, engine_config: EngineConfig, papers: Sequence[Paper],
                  rerankers: Sequence[str] = ()):
-        from veracity.infer.retrieval.dense import DenseEncoder
-        from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, build_index, load_index
-
         self.config, self.engine_config = config, engine_config
         self.papers = {p.key: p for p in papers}
         folder = Path(config.index_dir or Path(config.output_dir) / "index")
@@ -108,19 +108,13 @@ class SciClaimPipeline:
             self.index = load_index(folder, corpus=corpus, encoder=encoder)
         self.engine = self.cross_encoder = None
         if "llm" in rerankers:
-            from veracity.models.engine import make_engine
-
             self.engine = make_engine(engine_config)
         if "cross_encoder" in rerankers:
-            from veracity.infer.retrieval.rerank import CrossEncoderReranker
-
             self.cross_encoder = CrossEncoderReranker(config.cross_encoder, batch_size=config.cross_encoder_batch_size)
         self.llm_stats, self.cross_encoder_stats = RerankStats(), RerankStats()
 
     def first_stage(self, posts: Sequence[Post]) -> list[FirstStage]:
         """BM25 and dense top ``candidates`` per post, fused by RRF into the top ``fusion_depth``."""
-        from veracity.infer.retrieval.searcher import Searcher, SearchSettings
-
         c = self.config
         searcher = Searcher(self.index, SearchSettings(mode="rrf", candidates=c.candidates, rrf_k=c.rrf_k))
         sparse, dense = searcher.retrieve_each([p.text for p in posts])
@@ -337,7 +331,6 @@ class SciClaim(Pipeline):
             (run_dir / "results.md").write_text(table + "\n", encoding="utf-8")
             print(table)
             return result
-        from veracity.infer.eval.sciclaim import checkthat_scores
 
         rankings = {r["id"]: [d for d, _ in r["result"]["ranking"]] for r in records if r["status"] == "ok"}
         metrics = checkthat_scores(rankings, {r["id"]: g for r, g in zip(records, gold, strict=True)})

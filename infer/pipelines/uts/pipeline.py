@@ -17,6 +17,7 @@ from typing import Any
 from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.schema import ArticleItem
 from veracity.data_prep.task3_items import TaskItem, from_article_item, read_items, schema_item
+from veracity.infer.eval.citation_judge import Judge, NLIJudge
 from veracity.infer.pipelines.contract import Pipeline
 from veracity.infer.pipelines.uts.config import UTSConfig
 from veracity.infer.pipelines.uts.drafter import (
@@ -29,7 +30,9 @@ from veracity.infer.pipelines.uts.drafter import (
 )
 from veracity.infer.pipelines.uts.shadowval import CiteSlot, JudgeFn, shadow_validate
 from veracity.io import write_jsonl
+from veracity.models import engine as engines  # engines.make_engine looked up at load time (tests replace it)
 from veracity.models.engine import EngineConfig
+from veracity.models.nli import NLIVerifier
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +67,10 @@ class UTSPipeline:
     def __init__(self, config: UTSConfig, engine_config: EngineConfig, judge: JudgeFn | None = None):
         self.config, self.judge, self.engine = config, judge, None
         if config.shadowval and judge is None and config.judge == "nli":
-            from veracity.infer.eval.citation_judge import NLIJudge
-            from veracity.models.nli import NLIVerifier
-
             self.judge = NLIJudge(NLIVerifier(config.judge_nli_model), config.judge_nli_threshold,
                                   config.judge_max_evidence_chars)
         elif config.shadowval and judge is None:
-            from veracity.infer.eval.citation_judge import Judge
-            from veracity.models.engine import make_engine
-
-            self.engine = make_engine(engine_config)
+            self.engine = engines.make_engine(engine_config)
             self.judge = Judge(self.engine, config.judge_prompt, config.judge_max_new_tokens,
                                config.judge_max_evidence_chars, constrained=config.constrained)
 
