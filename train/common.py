@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from veracity.config import parse_config
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.readers import read_jsonl
 
@@ -17,8 +18,6 @@ def parse_training_config(parser: Any, argv: Any) -> tuple[Any, ...]:
     """``parse_config`` for a job with a Trainer: the training shows its progress bar (steps, ETA) also in quiet
     mode. TrainingArguments turns the bar off when the transformers logger is above WARNING, which quiet mode sets
     to hide library chatter; it is parsed at WARNING here, so only an explicit ``disable_tqdm: true`` removes it."""
-    from veracity.config import parse_config
-
     transformers_logger = logging.getLogger("transformers")
     level = transformers_logger.level
     transformers_logger.setLevel(min(level or logging.WARNING, logging.WARNING))

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
 from veracity.train.lora import TrainScriptArgs, prepare_run, run_job, train_lora
+from veracity.train.merge import merge_adapter
 
 
 @dataclass
@@ -30,8 +32,6 @@ class DPOScriptArgs(TrainScriptArgs):
 def make_parser() -> Any:
     from trl import DPOConfig, ModelConfig
 
-    from veracity.config import make_parser as parser_for
-
     return parser_for((DPOScriptArgs, DPOConfig, ModelConfig), "veracity train dpo")
 
 
@@ -41,8 +41,6 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
 def train_dpo(script: DPOScriptArgs, training_args: Any, model_args: Any) -> Path:
     from trl import DPOTrainer
-
-    from veracity.train.merge import merge_adapter
 
     model_dir = prepare_run(script, training_args, model_args, job="train dpo")
     if script.sft_adapter:

@@ -15,6 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import load_config_values
+from veracity.data_prep.errors import DataError
+from veracity.io import mark_completed, sha256_file
+from veracity.models.registry import resolve_model
+from veracity.rundir import write_run_config
+from veracity.train.common import last_checkpoint, load_records, parse_training_config
+from veracity.train.memory import dry_run, peft_parameter_line
+from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
+
 logger = logging.getLogger(__name__)
 
 
@@ -35,8 +44,6 @@ def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
     whether the recipe is half precision."""
     from transformers.hf_argparser import string_to_bool
 
-    from veracity.config import load_config_values
-
     args = list(sys.argv[1:] if argv is None else argv)
     peek = argparse.ArgumentParser(add_help=False)
     peek.add_argument("--dry_run", type=string_to_bool, nargs="?", const=True, default=False)
@@ -50,8 +57,6 @@ def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
 
 
 def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, half: bool) -> Any:
-    from veracity.train.memory import dry_run
-
     architecture = script.architecture or model_args.model_name_or_path
     batch = training_args.per_device_train_batch_size
     estimate = dry_run(architecture, model_args.lora_target_modules or "all-linear", model_args.lora_r,
@@ -67,9 +72,6 @@ def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, 
 
 def prepare_run(script: TrainScriptArgs, training_args: Any, model_args: Any, job: str) -> Path:
     """Resolve the model, record the run, and return the model folder."""
-    from veracity.models.registry import resolve_model
-    from veracity.rundir import write_run_config
-
     if not model_args.use_peft:
         raise ValueError("veracity trains LoRA adapters: set use_peft: true")
     model_dir = resolve_model("chat_lm", model_args.model_name_or_path or "embedded")
@@ -80,8 +82,6 @@ def prepare_run(script: TrainScriptArgs, training_args: Any, model_args: Any, jo
 def run_job(parser: Any, argv: Sequence[str] | None, train: Any) -> Any:
     """The entry point of a LoRA job: parse (script, trainer config, ModelConfig) with the job's parser, then
     dry-run or train."""
-    from veracity.train.common import parse_training_config
-
     argv, half = dry_run_argv(argv)
     script, training_args, model_args = parse_training_config(parser, argv)
     if script.dry_run:
@@ -97,8 +97,6 @@ def check_reporting(report_to: list[str] | str | None) -> None:
 
     wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
     if "tensorboard" in wanted and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
-        from veracity.data_prep.errors import DataError  # veracity.cli prints it: one line, exit status 2
-
         raise DataError("--report_to", None, "tensorboard needs TensorBoard: pip install tensorboard (or pass "
                                              "--report_to none)")
 
@@ -113,17 +111,12 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
-    from veracity.io import mark_completed
-    from veracity.train.common import last_checkpoint, load_records
-
     train = Dataset.from_list(load_records(script.train_file, fields, script.max_train_examples))
     evaluation = Dataset.from_list(load_records(script.eval_file, fields)) if script.eval_file else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = trainer_cls(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
                           processing_class=tokenizer, peft_config=get_peft_config(model_args))
     if hasattr(trainer.model, "get_nb_trainable_parameters"):  # the line PEFT prints, in the log at training start
-        from veracity.train.memory import peft_parameter_line
-
         logger.info("%s", peft_parameter_line(*trainer.model.get_nb_trainable_parameters()))
     trainer.train(resume_from_checkpoint=last_checkpoint(training_args.output_dir))
     adapter = Path(training_args.output_dir) / "adapter"
@@ -141,9 +134,6 @@ def write_adapter_card(adapter: Path, trainer: Any, model_dir: Path, script: Tra
     """The adapter's model card: base model (hub id), the training file (and the prepared sources it was built
     from, with their licences, when ``prep training-sets`` wrote it), the command and the last logged losses."""
     import yaml
-
-    from veracity.io import sha256_file
-    from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
 
     job = "train dpo" if "dpo" in type(trainer).__name__.lower() else "train sft"
     data = {Path(script.train_file).name: f"{records} records, sha256 {sha256_file(script.train_file)[:12]}…"}

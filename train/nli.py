@@ -31,8 +31,17 @@ from typing import Any
 
 import numpy as np
 
+from veracity.config import make_parser as parser_for
+from veracity.data_prep.prepared import prepared_names, read_prepared
 from veracity.data_prep.schema import NLI_LABELS, TERNARY_TO_NLI, ClaimExample
 from veracity.data_prep.splits import hash_int
+from veracity.infer.metrics import accuracy, macro_f1
+from veracity.io import atomic_directory, mark_completed, write_json
+from veracity.models.onnx_runtime import export_model
+from veracity.models.registry import embedded_verifier_dir, float_reranker, resolve_model
+from veracity.rundir import write_run_config
+from veracity.train.common import last_checkpoint, parse_training_config
+from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
 
 logger = logging.getLogger(__name__)
 ID2LABEL = dict(enumerate(NLI_LABELS))  # 0 entailment, 1 neutral, 2 contradiction
@@ -83,8 +92,6 @@ def parse_caps(caps: Sequence[str], default: int) -> Any:
 
 def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Capped, shuffled (premise, hypothesis, label) pairs of the train split, and their counts."""
-    from veracity.data_prep.prepared import prepared_names, read_prepared
-
     prepared = Path(args.prepared_dir)
     # the manifest lists the outputs: a stale nli_*.jsonl of an earlier prep run in the folder is never read
     names = prepared_names(prepared, "nli_") if args.nli_sources == ["all"] else args.nli_sources
@@ -121,16 +128,12 @@ def claim_pairs(prepared_dir: Path, name: str, split: str, titles: bool) -> list
     """(premise, hypothesis, label, id) pairs of one split of a prepared claim source (read through the manifest),
     examples without evidence skipped. The premise is ``ClaimExample.premise`` (with article titles when
     ``titles``)."""
-    from veracity.data_prep.prepared import read_prepared
-
     examples: list[ClaimExample] = read_prepared(prepared_dir, name, [split])  # type: ignore[assignment]
     return [{"premise": e.premise(titles), "hypothesis": e.claim, "label": TERNARY_TO_NLI[e.label], "id": e.id}
             for e in examples if e.split == split and e.evidence_text.strip()]
 
 
 def initial_model(init: str) -> Path:
-    from veracity.models.registry import float_reranker, resolve_model
-
     if init == "reranker":
         return float_reranker()
     if init == "embedder":
@@ -158,8 +161,6 @@ def _tokenize(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> An
 
 
 def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    from veracity.infer.metrics import accuracy, macro_f1
-
     gold = [ID2LABEL[int(i)] for i in labels]
     pred = [ID2LABEL[int(i)] for i in predictions.argmax(-1)]
     return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(gold, pred, sorted(set(gold)))}
@@ -167,8 +168,6 @@ def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 
 def make_parser() -> Any:
     from transformers import TrainingArguments
-
-    from veracity.config import make_parser as parser_for
 
     return parser_for((NLIDataArgs, TrainingArguments), "veracity train nli")
 
@@ -180,10 +179,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         DataCollatorWithPadding,
         Trainer,
     )
-
-    from veracity.io import mark_completed, write_json
-    from veracity.rundir import write_run_config
-    from veracity.train.common import last_checkpoint, parse_training_config
 
     args, training = parse_training_config(make_parser(), argv)
     if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
@@ -225,8 +220,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     write_verifier_card(final, args, init, stats, results, argv)
     mark_completed(training.output_dir, f"NLI verifier in {final}" + (" (QUICK run)" if args.quick else ""))
     if not args.quick:  # CPU inference through ONNX Runtime (NLIVerifier's auto backend finds these graphs)
-        from veracity.models.onnx_runtime import export_model
-
         export_model(final)
     if args.install:
         install(final, report)
@@ -244,8 +237,6 @@ def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict
                         results: dict[str, Any], argv: Sequence[str] | None) -> Path:
     """The verifier's model card: base model, the training pairs per source (train split) with their licences,
     the evaluation sources (dev split), the command and the dev metrics."""
-    from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
-
     by_source: dict[str, list[str]] = defaultdict(list)
     for bucket, n in stats["by_bucket"].items():
         source, label = bucket.rsplit("/", 1)
@@ -266,9 +257,6 @@ def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict
 
 def install(folder: Path, report: dict[str, Any]) -> Path:
     """Copy the trained verifier to the registry's embedded location (a quick run never replaces a full one)."""
-    from veracity.io import atomic_directory, write_json
-    from veracity.models.registry import embedded_verifier_dir
-
     target = embedded_verifier_dir()
     if report["quick"] and (target / "metrics.json").exists():
         if not json.loads((target / "metrics.json").read_text()).get("quick", True):

@@ -14,13 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
 from veracity.train.lora import TrainScriptArgs, prepare_run, run_job, train_lora
 
 
 def make_parser() -> Any:
     from trl import ModelConfig, SFTConfig
-
-    from veracity.config import make_parser as parser_for
 
     return parser_for((TrainScriptArgs, SFTConfig, ModelConfig), "veracity train sft")
 

@@ -22,11 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veracity.config import make_parser as parser_for
+from veracity.config import parse_config
 from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.schema import NOT_ENOUGH_INFO, TERNARY_LABELS, ClaimExample
 from veracity.data_prep.splits import hash_int
-from veracity.infer.pipelines.r2vc.prompt import format_answer, grounded_rationale, prompt_messages
+from veracity.infer.pipelines.r2vc.prompt import format_answer, grounded_rationale, parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.signals import NLI_TO_LABEL, SignalSettings, claim_signals
 from veracity.io import write_json, write_jsonl
+from veracity.models.engine import EngineConfig, GenerationRequest, make_engine
+from veracity.models.nli import NLIVerifier
 
 DEFAULT_SOURCES = ["vitaminc", "fever_symmetric", "sufficient_facts_fever", "sufficient_facts_vitaminc"]
 
@@ -92,10 +97,6 @@ Miner = Callable[[Sequence[ClaimExample], Sequence[list[dict[str, str]]]], list[
 def verifier_checked_miner(engine: Any, verifier: Any, config: TrainingSetConfig) -> Miner:
     """Sample answers per prompt; keep the first that parses, has a wrong label, and whose label the verifier's
     own label (y_NLI over the example's evidence) disagrees with — a plausible mistake the verifier can refute."""
-    from veracity.infer.pipelines.r2vc.prompt import parse_r2vc_answer
-    from veracity.infer.pipelines.r2vc.signals import NLI_TO_LABEL, SignalSettings, claim_signals
-    from veracity.models.engine import GenerationRequest
-
     def mine(examples: Sequence[ClaimExample], prompts: Sequence[list[dict[str, str]]]) -> list[str | None]:
         requests = [GenerationRequest.chat(p, n=config.mine_samples, temperature=0.9, top_p=0.95,
                                            max_new_tokens=160, seed=config.seed) for p in prompts]
@@ -160,20 +161,13 @@ def build(config: TrainingSetConfig, miner: Miner | None = None
 
 
 def make_parser() -> Any:
-    from veracity.config import make_parser as parser_for
-
     return parser_for((TrainingSetConfig,), "veracity prep training-sets")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from veracity.config import parse_config
-
     (config,) = parse_config(make_parser(), argv)
     miner = None
     if config.mine_model:
-        from veracity.models.engine import EngineConfig, make_engine
-        from veracity.models.nli import NLIVerifier
-
         engine = make_engine(EngineConfig(model=config.mine_model, adapter=config.mine_adapter))
         miner = verifier_checked_miner(engine, NLIVerifier(config.mine_nli_model), config)
     sft, dpo, stats = build(config, miner)
