@@ -9,7 +9,12 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 
-class DataError(ValueError):
+class InputError(ValueError):
+    """Something the user can fix without a traceback: a bad record or file, option value, model name or folder.
+    ``str()`` is one line; ``veracity.cli`` prints it as ``error: <message>`` and exits with status 2."""
+
+
+class DataError(InputError):
     """A bad input record. ``str()`` reads ``file:line: field 'x': message``."""
 
     def __init__(self, path: str | Path, line: int | None, message: str, field: str | None = None):

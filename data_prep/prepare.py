@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from veracity.data_prep.averitec import load_averitec
 from veracity.data_prep.checkthat import load_checkthat
 from veracity.data_prep.climate_fever import load_climate_fever
 from veracity.data_prep.context import LoadContext
-from veracity.data_prep.errors import DataError, ErrorPolicy
+from veracity.data_prep.errors import ErrorPolicy, InputError
 from veracity.data_prep.fever import load_fever
 from veracity.data_prep.hub import load_hub
 from veracity.data_prep.limits import enforce_limits
@@ -105,6 +104,10 @@ class PrepConfig:
         return SplitSpec(seed=self.seed, train=self.train_fraction, calib=self.calib_fraction, dev=self.dev_fraction)
 
 
+class DataRootError(InputError, FileNotFoundError):
+    """No data root: none configured that exists, and none of the defaults."""
+
+
 def resolve_data_root(configured: str | None) -> Path:
     """The configured root, else ``$VERACITY_DATA_ROOT``, else ``../shared/data`` beside the working directory."""
     candidates = [configured] if configured else []
@@ -113,7 +116,7 @@ def resolve_data_root(configured: str | None) -> Path:
     for candidate in candidates:
         if candidate and Path(candidate).is_dir():
             return Path(candidate).resolve()
-    raise FileNotFoundError(
+    raise DataRootError(
         f"no data root found (tried {[c for c in candidates if c]}); pass --data_root or set ${DATA_ROOT_ENV}"
     )
 
@@ -154,7 +157,7 @@ def load_all(config: PrepConfig) -> tuple[dict[str, list[Record]], LoadContext, 
 
     Raises:
         DataError: the first bad record or unreadable file (without ``skip_invalid``).
-        FileNotFoundError: no data root.
+        DataRootError: no data root (a FileNotFoundError).
     """
     data_root = resolve_data_root(config.data_root)
     ctx = LoadContext(data_root=data_root, splits=config.split_spec(), policy=ErrorPolicy(config.skip_invalid))
@@ -229,12 +232,14 @@ def make_parser() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
+    """``veracity prep``.
+
+    Raises:
+        DataError: the first bad record or unreadable file (``veracity.cli`` prints it and exits with status 2).
+        DataRootError: no data root (the same).
+    """
     (config,) = parse_config(make_parser(), argv)
-    try:
-        loaded = load_all(config)
-    except (DataError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    loaded = load_all(config)
     # validated: the run record and the outputs are written together, so they always describe the same run
     write_run_config(config.output_dir, config, job="prep")
     manifest = write_prepared(config, *loaded)

@@ -20,11 +20,11 @@ import importlib.util
 import logging
 import os
 import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from veracity.data_prep.errors import InputError
 from veracity.data_prep.schema import NLI_TO_TERNARY, to_nli
 from veracity.io import atomic_directory
 from veracity.models.fingerprint import model_fingerprint  # noqa: F401 - callers import it from the registry
@@ -322,10 +322,13 @@ def _list_roles() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> Path | None:
-    """``veracity models``: resolution and install errors exit with code 2 and a one-line message.
+    """``veracity models``.
 
     Returns:
         The folder printed by ``resolve`` or ``install``; None for ``list``.
+
+    Raises:
+        InputError: a resolution or install error, in one line (``veracity.cli`` prints it and exits with status 2).
     """
     args = make_parser().parse_args(argv)
     try:
@@ -340,7 +343,6 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
             return None
     except (ModelNotFoundError, KeyError, ValueError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-        print(f"veracity models {args.command}: error: {' '.join(str(message).split())}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise InputError(" ".join(str(message).split())) from None
     print(folder)
     return folder

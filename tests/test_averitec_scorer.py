@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from fever8_files import write_fever8_csv
 
+from veracity import cli
 from veracity.data_prep.averitec import flat_pairs, format_fever8_evidence, parse_fever8_evidence, qa_pair
+from veracity.data_prep.errors import DataError
 from veracity.data_prep.schema import QAAnswer, QAPair
 from veracity.infer.eval.averitec import main, read_claims
 from veracity.infer.eval.averitec_score import (
@@ -266,29 +268,34 @@ def test_bad_files_exit_2_naming_file_line_and_field(tmp_path: Path, capsys: pyt
     gold = write_fever8_csv(tmp_path / "gold.csv", GOLD, "gold")
     no_evi = tmp_path / "no_evi.csv"
     no_evi.write_text("id,claim,label,split\n0,c,Refuted,pred\n")
-    with pytest.raises(SystemExit) as info:
-        main(["--predictions", str(no_evi), "--gold", str(gold), "--output_dir", str(tmp_path / "o")])
-    assert info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and f"{no_evi}:1: field 'evi'" in err
+    argv = ["--predictions", str(no_evi), "--gold", str(gold), "--output_dir", str(tmp_path / "o")]
+    with pytest.raises(DataError) as error:
+        main(argv)
+    assert str(error.value).startswith(f"{no_evi}:1: field 'evi'")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:  # through the command: one line, exit status 2
+        cli.main(["eval", "averitec", *argv])
+    assert info.value.code == 2 and capsys.readouterr().err == f"error: {error.value}\n"
 
     rows = [*GOLD[:2], ("2", "claim two", [], "Refuted")]
     malformed = write_fever8_csv(tmp_path / "malformed.csv", rows, "pred")
     question = '"When was the bill passed?'
     text = malformed.read_text().replace(question + "\t\t\nIn March 2020.", question)  # answer and separator gone
     malformed.write_text(text)
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(DataError) as info:
         main(["--predictions", str(malformed), "--gold", str(gold), "--output_dir", str(tmp_path / "o")])
-    assert info.value.code == 2
-    err = capsys.readouterr().err.strip()
+    err = str(info.value)
     # records span several lines (evi holds newlines): the error names the line where id 1's record starts
     line = next(n for n, row in enumerate(text.splitlines(), start=1) if row.startswith("1,claim one,"))
     assert line == 6 and f"{malformed}:{line}: field 'evi'" in err  # header, then id 0 on lines 2-5
 
     bad_label = write_fever8_csv(tmp_path / "bad_label.csv", [(*GOLD[0][:3], "False")], "pred")
-    with pytest.raises(SystemExit):
+    with pytest.raises(DataError, match="field 'label'"):
         main(["--predictions", str(bad_label), "--gold", str(gold), "--output_dir", str(tmp_path / "o")])
-    assert "field 'label'" in capsys.readouterr().err
+    not_utf8 = tmp_path / "latin1.csv"
+    not_utf8.write_bytes("id,claim,label,split,evi\n0,caf\u00e9,Refuted,pred,\n".encode("latin-1"))
+    with pytest.raises(DataError, match=f"^{not_utf8}: 'utf-8' codec can't decode"):
+        main(["--predictions", str(not_utf8), "--gold", str(gold), "--output_dir", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists(), "nothing is written when the input is bad"
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from veracity import cli
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.prepare import main
 from veracity.data_prep.readers import read_delimited, read_json_array, read_jsonl
@@ -33,10 +34,11 @@ def _prep(root: Path, out: Path, datasets: list[str], skip: bool = False) -> dic
 
 
 def _prep_fails(root: Path, out: Path, datasets: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """Run the command, expect exit code 2 and one error line on stderr; return that line without ``error: ``."""
+    """Run ``veracity prep``, expect exit code 2 and one error line on stderr; return that line without
+    ``error: ``."""
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
-        _prep(root, out, datasets)
+        cli.main(["prep", *_args(root, out, datasets)])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: "), err
@@ -164,10 +166,27 @@ def test_missing_input_file_names_the_data_root(mutable_data_root: Path, tmp_pat
 
 def test_cli_error_exit_code_and_message(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
     line = _append_line(mutable_data_root / PAPER_DEV, b"{oops")
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(DataError, match=f"paper_dev.shared.jsonl:{line}: malformed JSON"):  # the job raises it
         main(["--data_root", str(mutable_data_root), "--output_dir", str(tmp_path / "o"), "--datasets", "fever"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:  # the command prints it, one line, and exits 2
+        cli.main(["prep", "--data_root", str(mutable_data_root), "--output_dir", str(tmp_path / "o"), "--datasets",
+                  "fever"])
     assert info.value.code == 2
-    assert f"paper_dev.shared.jsonl:{line}: malformed JSON" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert f"paper_dev.shared.jsonl:{line}: malformed JSON" in err
+    assert not (tmp_path / "o").exists(), "nothing is written when the input is bad"
+
+
+def test_no_data_root_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VERACITY_DATA_ROOT", raising=False)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["prep", "--data_root", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "o")])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == f"error: no data root found (tried ['{tmp_path / 'nowhere'}']); pass " \
+                                      "--data_root or set $VERACITY_DATA_ROOT\n"
 
 
 # --- byte order marks and line endings ----------------------------------------------------------------------
@@ -200,25 +219,23 @@ def test_bom_and_line_endings_load_exactly_like_plain_lf(data_root: Path, mutabl
     assert len(plain) > 20 and other == plain  # same records, and the same line numbers in every origin
 
 
-def test_json_error_reads_at_column_once(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
+def test_json_error_reads_at_column_once(mutable_data_root: Path, tmp_path: Path) -> None:
     line = _append_line(mutable_data_root / PAPER_DEV, b'{"id": 9, "claim": "never closed')
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(DataError) as info:
         main(["--data_root", str(mutable_data_root), "--output_dir", str(tmp_path / "o"), "--datasets", "fever"])
-    assert info.value.code == 2
-    err = capsys.readouterr().err
+    err = str(info.value)
     assert f"paper_dev.shared.jsonl:{line}: malformed JSON (Unterminated string starting at column 20)" in err
     assert "at at" not in err
 
 
-def test_cr_only_file_reports_the_line_an_editor_shows(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
+def test_cr_only_file_reports_the_line_an_editor_shows(mutable_data_root: Path, tmp_path: Path) -> None:
     path = mutable_data_root / PAPER_DEV
     line = _append_line(path, b"{oops")
     path.write_bytes(BOM + path.read_bytes().replace(b"\n", b"\r"))
-    with pytest.raises(SystemExit) as info:
+    with pytest.raises(DataError) as info:
         main(["--data_root", str(mutable_data_root), "--output_dir", str(tmp_path / "o"), "--datasets", "fever"])
-    assert info.value.code == 2
     assert f"paper_dev.shared.jsonl:{line}: malformed JSON (Expecting property name enclosed in double quotes " \
-           "at column 2)" in capsys.readouterr().err
+           "at column 2)" in str(info.value)
 
 
 @pytest.mark.parametrize("ending", [b"\r\n", b"\r"])

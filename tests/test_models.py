@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from veracity import cli
+from veracity.data_prep.errors import InputError
 from veracity.models import registry
 from veracity.models.registry import ModelNotFoundError, resolve_model
 
@@ -147,11 +149,14 @@ def test_install_through_the_command_line(places: dict[str, Path], tmp_path: Pat
 def test_install_error_on_the_command_line(places: dict[str, Path], tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     two_way = _nli_folder(tmp_path / "binary", {0: "entailment", 1: "contradiction"})
-    capsys.readouterr()  # save_pretrained's progress bar
-    with pytest.raises(SystemExit) as exit_:
+    with pytest.raises(InputError, match="not a 3-way NLI label map") as error:
         registry.main(["install", "nli_verifier", str(two_way)])
+    assert "\n" not in str(error.value)
+    capsys.readouterr()  # save_pretrained's progress bar
+    with pytest.raises(SystemExit) as exit_:  # through the command: one line, exit status 2
+        cli.main(["models", "install", "nli_verifier", str(two_way)])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.count("\n") == 1 and "not a 3-way NLI label map" in err
+    assert exit_.value.code == 2 and err == f"error: {error.value}\n"
 
 
 def test_command_line_parses_options_anywhere(places: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -163,15 +168,17 @@ def test_command_line_parses_options_anywhere(places: dict[str, Path], capsys: p
         registry.main(["resolve", "nli_verifier", "--name"])
     assert exit_.value.code == 2 and "expected one argument" in capsys.readouterr().err
     for bad in (["resolve", "painter"], ["resolve", "embedder", "--scale", "huge"], ["install", "embedder", "x"],
-                ["frobnicate"]):
+                ["frobnicate"]):  # argparse's own exit
         with pytest.raises(SystemExit) as exit_:
             registry.main(bad)
         assert exit_.value.code == 2, bad
+    with pytest.raises(InputError, match="does not exist"):
+        registry.main(["resolve", "embedder", "--name", "/no/such/model"])
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
-        registry.main(["resolve", "embedder", "--name", "/no/such/model"])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.count("\n") == 1 and "does not exist" in err
+        cli.main(["models", "resolve", "embedder", "--name", "/no/such/model"])
+    assert exit_.value.code == 2 and capsys.readouterr().err == \
+        "error: model path '/no/such/model' for role 'embedder' does not exist\n"
 
 
 def test_command_line_lists_roles(places: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

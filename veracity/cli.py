@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not module_name:
         print(f"veracity {command}: not available yet — {help_text}", file=sys.stderr)
         return 2
-    from veracity.logs import setup_logging
+    from veracity.logs import setup_logging  # lazy, as the error types below: `--help` loads the stdlib alone
 
     setup_logging(verbose=verbose)
     module = importlib.import_module(module_name)
@@ -82,15 +82,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def input_errors() -> tuple[type[BaseException], ...]:
-    """What a user can fix without a traceback: a bad input record or file (``DataError``), prepared data that is
-    missing or changed (``PreparedDataError``), a batch output another run is writing (``OutputLockedError``) or
-    whose records were made under another config (``RunConfigMismatchError``)."""
-    from veracity.data_prep.errors import DataError
+    """What a user can fix without a traceback: a bad input record or file (``DataError``) or another bad input,
+    such as no data root or a model that is not there (``InputError``), prepared data that is missing or changed
+    (``PreparedDataError``), a batch output another run is writing (``OutputLockedError``) or whose records were
+    made under another config (``RunConfigMismatchError``). Jobs raise these; only this module turns them into
+    exit status 2 (argparse's usage errors aside)."""
+    # lazy: these modules bring yaml and the record schema (0.1 s), which `veracity --help` does not need
+    from veracity.data_prep.errors import InputError
     from veracity.data_prep.prepared import PreparedDataError
     from veracity.infer.batch import OutputLockedError
     from veracity.rundir import RunConfigMismatchError
 
-    return DataError, PreparedDataError, OutputLockedError, RunConfigMismatchError
+    return InputError, PreparedDataError, OutputLockedError, RunConfigMismatchError
 
 
 if __name__ == "__main__":

@@ -168,10 +168,13 @@ def read_claims(path: str | Path, role: str) -> dict[str, ClaimRecord]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, None, f"{role} file not found")
-    if path.suffix.lower() == ".json":
-        records = read_json(path, ("label", "pred_label") if role == "gold" else ("pred_label", "label"))
-    else:
-        records = read_csv(path)
+    try:
+        if path.suffix.lower() == ".json":
+            records = read_json(path, ("label", "pred_label") if role == "gold" else ("pred_label", "label"))
+        else:
+            records = read_csv(path)
+    except (OSError, UnicodeDecodeError) as error:  # unreadable, or not UTF-8: one line naming the file
+        raise DataError(path, None, str(error)) from None
     by_id: dict[str, ClaimRecord] = {}
     for record in records:
         if record.id in by_id:
@@ -243,13 +246,11 @@ def evaluate_ev2r(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimReco
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """``veracity eval averitec``; a bad gold or predictions file is a :class:`DataError` (``veracity.cli`` prints
+    it and exits with status 2), raised before anything is written."""
     args, ev2r_settings, engine_config = parse_config(make_parser(), argv)
-    try:
-        gold = read_claims(args.gold, "gold")
-        predictions = read_claims(args.predictions, "predictions")
-    except (DataError, OSError, UnicodeDecodeError) as error:
-        print(f"veracity eval averitec: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    gold = read_claims(args.gold, "gold")
+    predictions = read_claims(args.predictions, "predictions")
     write_run_config(args.output_dir, args, *((ev2r_settings, engine_config) if ev2r_settings.ev2r else ()),
                      job="eval averitec")
     started = time.perf_counter()
