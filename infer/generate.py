@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import string
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,8 +204,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def parse_failures(path: Path) -> dict[str, Any]:
     """How many candidates of the output (the last record of each id) did not parse, by reason."""
-    from collections import Counter
-
     reasons: Counter[str] = Counter()
     total = 0
     for record in latest_records(path):

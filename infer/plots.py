@@ -9,7 +9,7 @@ import numpy as np
 
 
 def _pyplot():
-    import matplotlib
+    import matplotlib  # lazy here and below, as scikit-learn: seconds to import, for plots alone
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

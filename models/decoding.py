@@ -101,7 +101,7 @@ class GrammarCache:
     """Compiled grammars for one tokenizer, each compiled once (a bounded JSON schema takes seconds)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: Sequence[int]):
-        import xgrammar
+        import xgrammar  # lazy: xgrammar is optional, for constrained decoding alone
 
         self.xgrammar = xgrammar
         info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
@@ -177,7 +177,7 @@ def grammar_of(xgrammar: Any, kind: str, spec: str) -> Any:
 def grammar_accepts(kind: str, spec: str, text: str) -> bool:
     """Whether the grammar the engine enforces for a constraint admits ``text`` (no tokenizer needed): how tests
     check a schema against well-formed and malformed answers."""
-    import xgrammar
+    import xgrammar  # lazy: optional, as above
     from xgrammar.testing import _is_grammar_accept_string
 
     return bool(_is_grammar_accept_string(grammar_of(xgrammar, kind, spec), text))

@@ -19,7 +19,7 @@ def convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> Path:
     """Write a transformers folder for ``gguf_dir/gguf_file`` at ``target`` (atomically; skip if done)."""
     if is_completed(target):
         return target
-    import torch
+    import torch  # lazy, as transformers: seconds to import, and a conversion runs once
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     logger.info("converting %s/%s into %s (once)", gguf_dir, gguf_file, target)

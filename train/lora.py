@@ -8,12 +8,15 @@ newest checkpoint, saves the adapter with its model card and marks the run done.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from veracity.config import load_config_values
 from veracity.data_prep.errors import DataError
@@ -42,7 +45,7 @@ def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
     """A dry run parses GPU recipes on any machine: bf16 is read from the recipe (its ``base`` chain resolved),
     then switched off for parsing (TrainingArguments refuses bf16 without a GPU). Returns the argv to parse and
     whether the recipe is half precision."""
-    from transformers.hf_argparser import string_to_bool
+    from transformers.hf_argparser import string_to_bool  # lazy: seconds to import (as below)
 
     args = list(sys.argv[1:] if argv is None else argv)
     peek = argparse.ArgumentParser(add_help=False)
@@ -93,8 +96,6 @@ def run_job(parser: Any, argv: Sequence[str] | None, train: Any) -> Any:
 def check_reporting(report_to: list[str] | str | None) -> None:
     """Fail before loading any weights when a ``report_to`` integration is not installed (the Trainer would say so
     only after the model is in memory). The real-scale recipes report to TensorBoard; the CPU recipes to none."""
-    import importlib.util
-
     wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
     if "tensorboard" in wanted and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
         raise DataError("--report_to", None, "tensorboard needs TensorBoard: pip install tensorboard (or pass "
@@ -107,7 +108,7 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
 
     Shared by SFT (prompt/completion) and DPO (prompt/chosen/rejected); returns the adapter folder.
     """
-    from datasets import Dataset
+    from datasets import Dataset  # lazy, as transformers and trl: seconds to import, only training needs them
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
@@ -133,8 +134,6 @@ def write_adapter_card(adapter: Path, trainer: Any, model_dir: Path, script: Tra
                        model_args: Any, records: int) -> Path:
     """The adapter's model card: base model (hub id), the training file (and the prepared sources it was built
     from, with their licences, when ``prep training-sets`` wrote it), the command and the last logged losses."""
-    import yaml
-
     job = "train dpo" if "dpo" in type(trainer).__name__.lower() else "train sft"
     data = {Path(script.train_file).name: f"{records} records, sha256 {sha256_file(script.train_file)[:12]}…"}
     licences: dict[str, str] = {}

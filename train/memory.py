@@ -12,6 +12,7 @@ folder's ``config.json``. The estimate (per GPU, no sharding) adds:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,15 +81,13 @@ def activation_bytes(config: object, batch: int, seq: int, checkpointing: bool, 
 
 def load_architecture(model: str | Path) -> object:
     """A transformers config from a shipped name (``llama31_8b``), a folder or a config.json."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy here and below: seconds to import
 
     path = Path(model)
     shipped = SHIPPED / f"{model}.json"
     if shipped.exists():
         path = shipped
     if path.is_file():
-        import json
-
         data = json.loads(path.read_text())
         data.pop("_comment", None)
         model_type = data.pop("model_type")

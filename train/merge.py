@@ -27,7 +27,7 @@ class MergeArgs:
 
 def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype: str = "float32") -> Path:
     """Write ``output_dir`` (atomically, with a COMPLETED marker); an existing complete merge is reused."""
-    import torch
+    import torch  # lazy, as peft and transformers: seconds to import; `train dpo` imports this module
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

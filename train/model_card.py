@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from veracity.data_prep.prepare import resolve_data_root
 from veracity.data_prep.prepared import PreparedDataError, read_manifest
 from veracity.io import atomic_writer
@@ -70,8 +72,6 @@ def base_licence(folder: str | Path) -> str:
 
 def data_licences(prepared_dir: str | Path, outputs: Sequence[str]) -> dict[str, str]:
     """Output → the licence paragraph of the PROVENANCE.md of the raw folder it was prepared from."""
-    import yaml
-
     run_config = Path(prepared_dir) / "run_config.yaml"  # prep's record names the data root it read
     try:
         listed = read_manifest(prepared_dir)["outputs"]

@@ -151,7 +151,7 @@ def check_label_order(folder: Path) -> None:
 
 
 def _tokenize(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> Any:
-    from datasets import Dataset
+    from datasets import Dataset  # lazy here and below, as transformers: seconds to import
 
     label2id = {v: k for k, v in ID2LABEL.items()}
     data = Dataset.from_list([{"premise": r["premise"], "hypothesis": r["hypothesis"], "label": label2id[r["label"]]}

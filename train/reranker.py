@@ -156,7 +156,7 @@ def choose_by_selection_mrr(training: Any) -> None:
 
 
 def make_parser() -> Any:
-    from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments  # lazy: as above
 
     return parser_for((RerankerArgs, CrossEncoderTrainingArguments), "veracity train reranker")
 

@@ -19,6 +19,7 @@ from veracity.train.lora import TrainScriptArgs, prepare_run, run_job, train_lor
 
 
 def make_parser() -> Any:
+    # lazy here and below: trl brings transformers (seconds); `veracity demo` imports this module
     from trl import ModelConfig, SFTConfig
 
     return parser_for((TrainScriptArgs, SFTConfig, ModelConfig), "veracity train sft")

@@ -9,6 +9,8 @@ of that file, and the keys written here replace them — so an ablation recipe l
 
 from __future__ import annotations
 
+import argparse
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,9 +49,6 @@ def parse_config(types: tuple[type, ...] | Any, argv: Sequence[str] | None,
     A value a config class refuses (its ``__post_init__`` raises ValueError) is a usage error: the parser's
     one-line message and exit code 2, before anything is written.
     """
-    import argparse
-    import sys
-
     parser = make_parser(types, prog or "veracity") if isinstance(types, tuple) else types
     args = list(sys.argv[1:] if argv is None else argv)
     peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)

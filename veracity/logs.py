@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 CHATTY_LOGGERS = ("faiss", "faiss.loader", "matplotlib", "httpx", "httpcore", "urllib3", "datasets", "transformers",
@@ -33,10 +34,8 @@ def quiet_third_party() -> None:
 def _quiet_loaded_libraries() -> None:
     """The environment variables above act at import time; a library imported already (an embedding program,
     a test session) is told through its API instead."""
-    import sys
-
     if "transformers" in sys.modules:
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging  # imported already (checked above)
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()

@@ -57,7 +57,7 @@ def _tokens(text: str) -> tuple[str, ...]:
 
 def meteor(candidate: str, reference: str) -> float:
     """nltk METEOR of ``candidate`` against ``reference`` on ``word_tokenize`` tokens (needs ensure_nltk_data)."""
-    from nltk.translate.meteor_score import single_meteor_score
+    from nltk.translate.meteor_score import single_meteor_score  # lazy: as in _tokens
 
     return float(single_meteor_score(list(_tokens(reference)), list(_tokens(candidate))))
 

@@ -40,7 +40,7 @@ class DenseEncoder:
     """Batched, normalized sentence embeddings."""
 
     def __init__(self, spec: EncoderSpec, show_progress: bool = False):
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # lazy: seconds (torch); a BM25-only run does without
 
         self.spec = spec
         self.folder = resolve_model("embedder", spec.model)

@@ -15,6 +15,7 @@ kept for reuse: ``search/<benchmark>.yaml`` is a recipe for ``veracity index sea
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -22,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
@@ -170,10 +173,6 @@ def write_trec(out: Path, name: str, queries: Sequence[dict], rows: dict[str, li
 def write_tuned_settings(path: Path, config: RetrievalEvalConfig, result: dict[str, object]) -> None:
     """``search/<benchmark>.yaml``: the settings this evaluation chose (α-fusion at the tuned α*, the evaluated
     depth and reranker) as a recipe for ``veracity index search --config``."""
-    import dataclasses
-
-    import yaml
-
     settings = SearchSettings(mode="alpha", alpha=float(result["best_alpha"]), rrf_k=config.rrf_k,  # type: ignore
                               candidates=config.candidates, rerank=config.rerank, reranker=config.reranker,
                               rerank_top_n=config.rerank_top_n)

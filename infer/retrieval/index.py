@@ -138,7 +138,7 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
     ``stream_batch`` at a time; vectors go straight into FAISS and a memory-mapped ``embeddings.npy``, so memory
     holds the index, not the corpus text.
     """
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: 0.08 s, only a build needs it
 
     corpus, out = Path(corpus), Path(output_dir)
     if not (settings.sparse or settings.dense):

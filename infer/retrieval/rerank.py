@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 class _OnnxCrossEncoder:
     def __init__(self, folder: Path, max_length: int):
-        import onnxruntime as ort
+        import onnxruntime as ort  # lazy: 0.2 s, only this backend needs it
         from tokenizers import Tokenizer
 
         options = ort.SessionOptions()
@@ -55,7 +55,7 @@ class _OnnxCrossEncoder:
 
 class _HFCrossEncoder:
     def __init__(self, folder: Path, max_length: int):
-        from sentence_transformers import CrossEncoder
+        from sentence_transformers import CrossEncoder  # lazy, as torch: seconds to import
         from torch import nn
 
         self.model = CrossEncoder(str(folder), device="cpu", max_length=max_length)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 
 from veracity.infer.pipelines.aic.store import Chunk
@@ -76,8 +77,6 @@ class ClaimIndexCache:
                 "index": "faiss.IndexFlatIP over L2-normalized chunk-text embeddings"}
 
     def load(self, claim_id: str, store_fingerprint: str) -> tuple[list[Chunk], Any] | None:
-        import faiss
-
         folder = self.root / _safe_name(claim_id)
         try:
             saved = json.loads((folder / "chunks.json").read_text(encoding="utf-8"))
@@ -97,8 +96,6 @@ class ClaimIndexCache:
     def get(self, claim_id: str, store_fingerprint: str, make_chunks: Any) -> tuple[list[Chunk], Any]:
         """A claim's cached chunks and FAISS index (None without chunks), or ``make_chunks()`` embedded, indexed
         and saved."""
-        import faiss
-
         cached = self.load(claim_id, store_fingerprint)
         if cached is not None:
             self.reused += 1

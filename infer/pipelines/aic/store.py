@@ -253,7 +253,7 @@ def build_proxy_store(claims: Sequence[Any], target_ids: Iterable[str], output: 
         distractors: how many other claims lend their documents.
         store_id: maps an AveritecClaim id to the store's claim id (default: the id itself).
     """
-    import punkt
+    import punkt  # lazy: only a proxy store's sentences need it
 
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 def binomial_p_value(errors: int, n: int, target_risk: float) -> float:
     """P(Binom(n, target) ≤ errors): small when so few errors would be unlikely were the risk ≥ target."""
-    from scipy.stats import binom
+    from scipy.stats import binom  # lazy: scipy.stats takes a second to import
 
     return float(binom.cdf(errors, n, target_risk)) if n else 1.0
 
