@@ -38,6 +38,18 @@ def mutable_data_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FEVER-family and VitaminC of the hand-made data root, every record in dev (what the R2VC and checkpoint
+    tests evaluate); a test module with other needs defines its own."""
+    from veracity.data_prep.prepare import PrepConfig, prepare
+
+    out = tmp_path_factory.mktemp("prep")
+    prepare(PrepConfig(data_root=str(data_root), output_dir=str(out), datasets=["fever", "vitaminc"],
+                       train_fraction=0.0, calib_fraction=0.0, dev_fraction=1.0))
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random BERT sentence encoder (hidden 32, 2 layers) with the embedded MiniLM's vocabulary."""
     import torch

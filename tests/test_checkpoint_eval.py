@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from veracity.data_prep.prepare import PrepConfig, prepare
 from veracity.data_prep.schema import TERNARY_LABELS
 from veracity.infer.metrics import (
     accuracy,
@@ -36,14 +35,6 @@ def test_metrics_known_values() -> None:
     assert expected_calibration_error([], []) == 0.0
     assert accuracy_by_group(gold, pred, ["b", "a", "b", None]) == {  # None: not in any group
         "a": {"examples": 1, "accuracy": 0.0}, "b": {"examples": 2, "accuracy": 1.0}}
-
-
-@pytest.fixture(scope="module")
-def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("prep")
-    prepare(PrepConfig(data_root=str(data_root), output_dir=str(out), datasets=["fever", "vitaminc"],
-                       train_fraction=0.0, calib_fraction=0.0, dev_fraction=1.0))
-    return out
 
 
 class ScriptedEngine(Engine):

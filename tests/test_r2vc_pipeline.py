@@ -10,7 +10,6 @@ import pytest
 import yaml
 from sklearn.metrics import accuracy_score, f1_score
 
-from veracity.data_prep.prepare import PrepConfig, prepare
 from veracity.data_prep.schema import TERNARY_LABELS
 from veracity.infer.pipelines.r2vc.config import R2VCConfig
 from veracity.infer.pipelines.r2vc.pipeline import decide
@@ -21,14 +20,6 @@ from veracity.models.engine import LOGPROB_DEFINITION, Candidate, GenerationResu
 RECORD_KEYS = {"id", "source", "claim", "gold", "passages", "nli", "claim_signals", "generation_error", "candidates",
                "outcome", "chosen", "label", "prediction", "abstained", "abstain_reason", "confidence",
                "confidence_uncalibrated"}
-
-
-@pytest.fixture(scope="module")
-def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("prep")
-    prepare(PrepConfig(data_root=str(data_root), output_dir=str(out), datasets=["fever", "vitaminc"],
-                       train_fraction=0.0, calib_fraction=0.0, dev_fraction=1.0))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -10,18 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from veracity.data_prep.prepare import PrepConfig, prepare
 from veracity.infer.pipelines.r2vc.config import R2VCConfig
 
 CERTIFIED_SOURCES = ["fever_symmetric", "vitaminc", "sufficient_facts_vitaminc"]  # the calibrator recipe's
-
-
-@pytest.fixture(scope="module")
-def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("prep")
-    prepare(PrepConfig(data_root=str(data_root), output_dir=str(out), datasets=["fever", "vitaminc"],
-                       train_fraction=0.0, calib_fraction=0.0, dev_fraction=1.0))
-    return out
 
 
 @pytest.fixture(scope="module")
