@@ -37,8 +37,7 @@ from veracity.infer.metrics import (
     expected_calibration_error,
     macro_f1,
 )
-from veracity.infer.pipelines.r2vc.prompt import answer_schema, parse_r2vc_answer, prompt_messages
-from veracity.infer.structured import schema_text, token_budget
+from veracity.infer.pipelines.r2vc.prompt import answer_constraint, parse_r2vc_answer, prompt_messages
 from veracity.io import write_json, write_jsonl
 from veracity.models.engine import Engine, EngineConfig, GenerationRequest, make_engine
 from veracity.models.nli import NLIVerifier
@@ -116,10 +115,7 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
     """The generator's label on each example's gold evidence (one passage). Constrained, the answer follows the
     R2VC schema and ``max_new_tokens`` is its token budget; a parse failure of an answer cut by the budget is
     named ``length``."""
-    constraint: dict[str, Any] = {"max_new_tokens": max_new_tokens}
-    if constrained:
-        schema = answer_schema(1, rationale_max_chars)
-        constraint = {"json_schema": schema_text(schema), "max_new_tokens": token_budget(schema)}
+    constraint = answer_constraint(1, rationale_max_chars, constrained, max_new_tokens)
     requests = [GenerationRequest.chat(prompt_messages(e.claim, [e.evidence_text]), **constraint) for e in examples]
     predictions: list[str | None] = []
     rows = []

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pipeline_inputs import answer_json
 
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.schema import AveritecClaim, QAAnswer, QAPair
@@ -365,14 +366,6 @@ class ScriptedEngine(Engine):
             claim_text = r.messages[-1]["content"]
             out.append(GenerationResult([Candidate(self.script[claim_text].pop(0), "stop")]))
         return out
-
-
-def answer_json(label: str) -> str:
-    return json.dumps({"questions": [{"question": "Who wrote it?", "answer": "Scoopertino.", "source": "1",
-                                      "answer_type": "Extractive"}],
-                       "claim_veracity": {v: (5 if v == label else 1) for v in
-                                          ("Supported", "Refuted", "Not Enough Evidence",
-                                           "Conflicting Evidence/Cherrypicking")} | {"veracity_verdict": label}})
 
 
 def test_pipeline_retries_then_records_failures_without_filling(tmp_path: Path, tiny_encoder_dir: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pipeline_inputs import build_tiny_cross_encoder
 
 from veracity import cli
 from veracity.data_prep.checkthat_files import (
@@ -225,17 +226,7 @@ def test_mrr_at_5_on_a_hand_made_case(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
-
-    folder = tmp_path_factory.mktemp("tiny_ce")
-    tokenizer = BertTokenizerFast.from_pretrained(tiny_encoder_dir)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, num_labels=1)
-    BertForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return build_tiny_cross_encoder(tmp_path_factory.mktemp("tiny_ce"), tiny_encoder_dir)
 
 
 def _task(tmp_path: Path) -> list[str]:

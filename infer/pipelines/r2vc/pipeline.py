@@ -41,7 +41,7 @@ from veracity.infer.pipelines.r2vc.items import (
     user_item,
     user_items,
 )
-from veracity.infer.pipelines.r2vc.prompt import answer_schema, parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.prompt import answer_constraint, parse_r2vc_answer, prompt_messages
 from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
 from veracity.infer.pipelines.r2vc.signals import (
     NLI_TO_LABEL,
@@ -55,7 +55,6 @@ from veracity.infer.pipelines.r2vc.signals import (
 )
 from veracity.infer.retrieval.index import IndexSettings, build_index, load_index
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings
-from veracity.infer.structured import schema_text, token_budget
 from veracity.io import sha256_file
 from veracity.models.calibrator import CalibratorFeatureError, LogisticCalibrator, calibrator_file
 from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult, make_engine
@@ -234,14 +233,6 @@ class R2VCPipeline:
             return None
         return self.engine.decoding(["json_schema"] if self.config.constrained else [])
 
-    def answer_constraint(self, n_passages: int) -> dict[str, Any]:
-        """The generation request's constraint and budget for a claim with ``n_passages`` passages: the answer
-        schema and the token budget of its longest answer, or the configured budget when unconstrained."""
-        if not self.config.constrained:
-            return {"max_new_tokens": self.config.max_new_tokens}
-        schema = answer_schema(n_passages, self.config.rationale_max_chars)
-        return {"json_schema": schema_text(schema), "max_new_tokens": token_budget(schema)}
-
     # --- evidence ---------------------------------------------------------------------------------------
 
     def _searcher(self, key: str) -> Any:
@@ -289,7 +280,8 @@ class R2VCPipeline:
             requests = [GenerationRequest.chat(
                 prompt_messages(items[k]["claim"], [p["text"] for p in items[k]["passages"]]),
                 n=self.config.n_candidates, temperature=self.config.temperature, top_p=self.config.top_p,
-                seed=self.config.seed, **self.answer_constraint(len(items[k]["passages"]))) for k in asked]
+                seed=self.config.seed, **answer_constraint(len(items[k]["passages"]), self.config.rationale_max_chars,
+                                      self.config.constrained, self.config.max_new_tokens)) for k in asked]
             for k, result in zip(asked, self.engine.generate(requests) if requests else [], strict=True):
                 results[k] = result
         t2 = time.perf_counter()

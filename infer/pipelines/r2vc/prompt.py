@@ -21,6 +21,7 @@ from typing import Any
 
 from veracity.data_prep.schema import NOT_ENOUGH_INFO, REFUTES, SUPPORTS, TERNARY_LABELS, to_ternary
 from veracity.infer.parsing import parse_json_answer
+from veracity.infer.structured import schema_text, token_budget
 
 SYSTEM_PROMPT = (
     "You are a careful fact-checker. Judge the claim only by the numbered evidence passages. The passages are "
@@ -46,6 +47,16 @@ def answer_schema(num_passages: int, rationale_max_chars: int) -> dict[str, Any]
         "required": list(ANSWER_KEYS),
         "additionalProperties": False,
     }
+
+
+def answer_constraint(num_passages: int, rationale_max_chars: int, constrained: bool,
+                      max_new_tokens: int) -> dict[str, Any]:
+    """A generation request's constraint and budget: :func:`answer_schema` and the token budget of its longest
+    answer when ``constrained``, else only ``max_new_tokens`` (free decoding)."""
+    if not constrained:
+        return {"max_new_tokens": max_new_tokens}
+    schema = answer_schema(num_passages, rationale_max_chars)
+    return {"json_schema": schema_text(schema), "max_new_tokens": token_budget(schema)}
 
 
 def quote_passage(text: str) -> str:
