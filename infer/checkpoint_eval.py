@@ -37,6 +37,7 @@ from veracity.infer.metrics import (
     expected_calibration_error,
     macro_f1,
 )
+from veracity.infer.parsing import name_cut_off
 from veracity.infer.pipelines.r2vc.prompt import answer_constraint, parse_r2vc_answer, prompt_messages
 from veracity.io import write_json, write_jsonl
 from veracity.models.engine import Engine, EngineConfig, GenerationRequest, make_engine
@@ -125,8 +126,7 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
         if result.ok:
             text = result.candidates[0].text
             answer, error = parse_r2vc_answer(text, num_passages=1)
-            if error and result.candidates[0].finish_reason == "length":
-                error = f"length: {error}"
+            error = name_cut_off(error, result.candidates[0].finish_reason)
         if error:
             failures[error.split(":")[0]] += 1
         predictions.append(answer.label if answer else None)

@@ -35,7 +35,7 @@ from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
 from veracity.data_prep.errors import DataError
 from veracity.infer.batch import checked_rows, latest_records, output_lock, parse_shard, run_batch, shard_file
-from veracity.infer.parsing import extract_json_object
+from veracity.infer.parsing import extract_json_object, name_cut_off
 from veracity.io import write_json
 from veracity.models.engine import (
     Engine,
@@ -151,8 +151,7 @@ def make_processor(engine: Engine, args: GenerateArgs, params: SamplingParams):
                 record = c.to_dict()
                 if args.parse_json or params.constraint:
                     value, error = check_answer(c.text, params)
-                    if error and c.finish_reason == "length":  # cut by the budget: named as such
-                        error = f"length: {error}"
+                    error = name_cut_off(error, c.finish_reason)
                     record.update(parsed=value, parse_error=error)
                 candidates.append(record)
             outcomes[k] = {"candidates": candidates, "prompt_tokens": result.prompt_tokens, "cached": result.cached}

@@ -85,3 +85,9 @@ def parse_json_answer(text: str, required: dict[str, type | tuple[type, ...]]) -
 def _names(expected: type | tuple[type, ...]) -> str:
     types = expected if isinstance(expected, tuple) else (expected,)
     return " or ".join(t.__name__ for t in types)
+
+
+def name_cut_off(error: str | None, finish_reason: str | None) -> str | None:
+    """A parse error, prefixed ``length: `` when the answer was cut by ``max_new_tokens`` (a budget too small, not a
+    malformed answer: the failures a constrained run can still have)."""
+    return f"length: {error}" if error and finish_reason == "length" else error

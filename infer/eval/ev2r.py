@@ -33,7 +33,7 @@ from typing import Any
 from veracity.data_prep.averitec import flat_pairs
 from veracity.data_prep.schema import QAPair
 from veracity.infer.eval.averitec_score import MAX_PREDICTED_PAIRS
-from veracity.infer.parsing import extract_json_object
+from veracity.infer.parsing import extract_json_object, name_cut_off
 from veracity.infer.structured import schema_text, token_budget
 from veracity.models.engine import GenerationRequest
 
@@ -191,8 +191,7 @@ def judge(engine: Any, prompts: Sequence[str | None], settings: Ev2RSettings) ->
                 continue
             text = result.candidates[0].text
             scores, error = parse_judge_counts(text)
-            if error and result.candidates[0].finish_reason == "length":
-                error = f"length: {error}"  # cut by the budget, not a malformed answer
+            error = name_cut_off(error, result.candidates[0].finish_reason)
             attempts[k].append({"seed": settings.ev2r_seed + attempt, "text": text, "error": error})
             if scores is None:
                 still.append(k)

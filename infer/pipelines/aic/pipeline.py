@@ -25,6 +25,7 @@ from typing import Any
 
 from veracity.data_prep.errors import DataError
 from veracity.infer.eval.averitec import main as evaluate
+from veracity.infer.parsing import name_cut_off
 from veracity.infer.pipelines.aic.config import AICConfig
 from veracity.infer.pipelines.aic.outputs import gold_record, load_claims, store_claim_id, write_outputs
 from veracity.infer.pipelines.aic.prompt import answer_budget, answer_schema, parse_aic_answer, prompt_messages
@@ -146,8 +147,7 @@ class AICPipeline:
                 candidate = result.candidates[0]
                 text = self.answer_prefix + candidate.text
                 answer, error = parse_aic_answer(text, len(item["sources"]), self.config.max_questions)
-                if error and candidate.finish_reason == "length":
-                    error = f"length: {error}"  # cut by the budget, not a malformed answer
+                error = name_cut_off(error, candidate.finish_reason)
                 record.update(text=text, finish_reason=candidate.finish_reason, error=error,
                               prompt_tokens=result.prompt_tokens, new_tokens=candidate.num_tokens)
                 item["attempts"].append(record)

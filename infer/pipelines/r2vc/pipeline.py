@@ -31,6 +31,7 @@ import numpy as np
 from veracity.data_prep.prepared import prepared_path
 from veracity.data_prep.schema import NOT_ENOUGH_INFO
 from veracity.infer.eval.r2vc import main as evaluate
+from veracity.infer.parsing import name_cut_off
 from veracity.infer.pipelines.contract import Pipeline
 from veracity.infer.pipelines.r2vc.config import R2VCConfig
 from veracity.infer.pipelines.r2vc.items import (
@@ -97,8 +98,7 @@ def parse_candidates(result: GenerationResult | None, n_passages: int) -> list[d
     out = []
     for candidate in result.candidates:
         answer, error = parse_r2vc_answer(candidate.text, num_passages=n_passages)
-        if error and candidate.finish_reason == "length":  # cut by the budget: named as such
-            error = f"length: {error}"
+        error = name_cut_off(error, candidate.finish_reason)
         out.append({"from": "generator", "text": candidate.text, "finish_reason": candidate.finish_reason,
                     "mean_logprob": usable_logprob(candidate.mean_logprob), "parse_error": error,
                     "label": answer.label if answer else None, "rationale": answer.rationale if answer else "",
