@@ -15,6 +15,9 @@ runs it from the command line and calls, in this order:
 - ``finish(records, run_dir)``: the files made from the records (submissions, articles) → facts for summary.json;
 - ``score(records, run_dir)``: the scorer (unsharded runs): writes ``metrics.json`` etc., returns the metrics.
 
+``report.html`` (:func:`~veracity.infer.report_html.write_report_html`) shows each record through the class's
+``report_item`` (the record as JSON unless a pipeline says more) with ``report_flags`` as its filters' legend.
+
 ``records`` are the batch records of this run's items (``{"id", "status", "result" | "error", "seconds"}``, the
 last one of an id), in item order. :func:`veracity.load_pipeline` (the Python API) calls ``check``, ``load`` and
 ``prepare`` once, then ``__call__`` on a user's rows, each made an item by ``row_item(row, source, line)``.
@@ -26,6 +29,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
+
+from veracity.infer.report_html import DEFAULT_FLAG_MEANINGS, ReportItem, generic_item
 
 Item = dict[str, Any]
 Record = dict[str, Any]
@@ -44,6 +49,8 @@ class Pipeline:
     unit: ClassVar[str] = "items"
     #: the batch output's file stem: ``records.jsonl``, ``records.shard-i-of-n.jsonl``
     records_stem: ClassVar[str] = "records"
+    #: what report.html's filters (wrong, abstained, error) mean for this pipeline's items
+    report_flags: ClassVar[dict[str, str]] = DEFAULT_FLAG_MEANINGS
 
     def __init__(self, *configs: Any):
         if len(configs) != len(self.config_types):
@@ -105,3 +112,10 @@ class Pipeline:
     def stats(self) -> dict[str, Any]:
         """What the loaded models counted (verifier windows, rerank pairs) for summary.json."""
         return {}
+
+    @classmethod
+    def report_item(cls, result: Record) -> ReportItem:
+        """One item of ``report.html`` from its output record (an ok record's ``result``): the summary cells, the
+        view that opens (HTML from :mod:`veracity.infer.report_html`'s helpers, every text escaped) and its flags.
+        The default shows the record as JSON."""
+        return generic_item(result)
