@@ -29,6 +29,8 @@ from veracity.infer.parsing import name_cut_off
 from veracity.infer.pipelines.aic.config import AICConfig
 from veracity.infer.pipelines.aic.outputs import gold_record, load_claims, store_claim_id, write_outputs
 from veracity.infer.pipelines.aic.prompt import answer_budget, answer_schema, parse_aic_answer, prompt_messages
+from veracity.infer.pipelines.aic.report import FLAGS as REPORT_FLAGS
+from veracity.infer.pipelines.aic.report import report_item
 from veracity.infer.pipelines.aic.retrieval import ClaimIndexCache, FewShotSelector, select_sources
 from veracity.infer.pipelines.aic.store import KnowledgeStore, build_proxy_store, chunk_documents
 from veracity.infer.pipelines.contract import Pipeline
@@ -207,6 +209,8 @@ class AIC(Pipeline):
     name = "aic"
     unit = "claims"
     config_types = (AICConfig, EngineConfig)
+    report_flags = REPORT_FLAGS
+    report_item = staticmethod(report_item)
 
     def __init__(self, config: AICConfig, engine_config: EngineConfig, engine: Any | None = None):
         """``engine``: an engine to use instead of building one from ``engine_config`` (tests script one)."""

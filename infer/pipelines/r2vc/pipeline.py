@@ -43,6 +43,8 @@ from veracity.infer.pipelines.r2vc.items import (
     user_items,
 )
 from veracity.infer.pipelines.r2vc.prompt import answer_constraint, parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.report import FLAGS as REPORT_FLAGS
+from veracity.infer.pipelines.r2vc.report import report_item
 from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
 from veracity.infer.pipelines.r2vc.signals import (
     NLI_TO_LABEL,
@@ -320,6 +322,8 @@ class R2VC(Pipeline):
     unit = "claims"
     config_types = (R2VCConfig, SignalSettings, EngineConfig)
     error_fields = ("gold", "source")  # eval r2vc counts a failed claim as a wrong answer
+    report_flags = REPORT_FLAGS
+    report_item = staticmethod(report_item)
 
     def __init__(self, config: R2VCConfig, settings: SignalSettings, engine_config: EngineConfig):
         super().__init__(config, settings, engine_config)

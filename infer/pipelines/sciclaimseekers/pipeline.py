@@ -40,6 +40,8 @@ from veracity.infer.pipelines.sciclaimseekers.ranking import (
     order_by_scores,
     top_ids,
 )
+from veracity.infer.pipelines.sciclaimseekers.report import FLAGS as REPORT_FLAGS
+from veracity.infer.pipelines.sciclaimseekers.report import report_item
 from veracity.infer.retrieval.dense import DenseEncoder
 from veracity.infer.retrieval.fusion import Hits, reciprocal_rank_fusion
 from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, build_index, load_index
@@ -213,6 +215,8 @@ class SciClaim(Pipeline):
     name = "sciclaim"
     unit = "posts"
     config_types = (SciClaimConfig, EngineConfig)
+    report_flags = REPORT_FLAGS
+    report_item = staticmethod(report_item)
     error_fields = ("gold",)  # a failed post scores 0 against its gold
 
     def __init__(self, config: SciClaimConfig, engine_config: EngineConfig):

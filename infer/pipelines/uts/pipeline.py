@@ -28,6 +28,8 @@ from veracity.infer.pipelines.uts.drafter import (
     frame_for,
     lede,
 )
+from veracity.infer.pipelines.uts.report import FLAGS as REPORT_FLAGS
+from veracity.infer.pipelines.uts.report import report_item
 from veracity.infer.pipelines.uts.shadowval import CiteSlot, JudgeFn, shadow_validate
 from veracity.io import write_jsonl
 from veracity.models import engine as engines  # engines.make_engine looked up at load time (tests replace it)
@@ -105,6 +107,8 @@ class UTS(Pipeline):
 
     name = "uts"
     config_types = (UTSConfig, EngineConfig)
+    report_flags = REPORT_FLAGS
+    report_item = staticmethod(report_item)
 
     def __init__(self, config: UTSConfig, engine_config: EngineConfig, judge: JudgeFn | None = None):
         super().__init__(config, engine_config)
