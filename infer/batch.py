@@ -203,6 +203,16 @@ class BatchSummary:
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "items_per_second": round(self.items_per_second, 3)}
 
+    def count(self, record: dict[str, Any]) -> None:
+        """Count one record written by this run (ok or error; the first errors are kept as examples)."""
+        self.processed += 1
+        if record["status"] != "error":
+            self.ok += 1
+            return
+        self.errors += 1
+        if len(self.error_examples) < 5:
+            self.error_examples.append(f"{record['id']}: {record['error']}")
+
     def __str__(self) -> str:
         retried = f", {self.retried} failed ones retried" if self.retried else ""
         return (f"{self.total_in_shard} items in shard: {self.already_done} already done{retried}, "
@@ -250,7 +260,36 @@ def _run_locked(items: Iterable[Item], process: Callable[[Sequence[Item]], list[
                 retry_errors: bool, error_fields: Sequence[str] = ()) -> BatchSummary:
     from tqdm.auto import tqdm  # lazy: 0.08 s; the CLI imports this module for its error types
 
-    statuses = recover_statuses(output)
+    todo, summary = pending_items(items, recover_statuses(output), id_field=id_field, shard=shard,
+                                  retry_errors=retry_errors)
+    start = time.perf_counter()
+    bar = tqdm(total=len(todo), unit="item", desc=output.name, disable=not progress)
+    with open(output, "a", encoding="utf-8") as handle:
+        for first in range(0, len(todo), batch_size):
+            chunk = todo[first : first + batch_size]
+            for record in batch_records(process, chunk, id_field=id_field, error_fields=error_fields):
+                summary.count(record)
+                handle.write(record_line(record))  # one write per record
+            handle.flush()
+            if fsync:
+                os.fsync(handle.fileno())
+            bar.update(len(chunk))
+            bar.set_postfix(errors=summary.errors)
+    bar.close()
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def pending_items(items: Iterable[Item], statuses: dict[str, str], *, id_field: str = "id",
+                  shard: tuple[int, int] = (0, 1), retry_errors: bool = False) -> tuple[list[Item], BatchSummary]:
+    """The items of ``shard`` still to run, given ``statuses`` (id → status of its last record, from
+    :func:`recover_statuses`): those not recorded, and with ``retry_errors`` those whose last record is an error;
+    and a summary that counts the shard, the items already done and the ones retried. Every executor submits
+    exactly these.
+
+    Raises:
+        ValueError: an item without an id, or with an id seen before.
+    """
     todo: list[Item] = []
     seen: set[str] = set()
     summary = BatchSummary()
@@ -272,28 +311,12 @@ def _run_locked(items: Iterable[Item], process: Callable[[Sequence[Item]], list[
             todo.append(item)
         else:
             summary.already_done += 1
-    start = time.perf_counter()
-    bar = tqdm(total=len(todo), unit="item", desc=output.name, disable=not progress)
-    with open(output, "a", encoding="utf-8") as handle:
-        for first in range(0, len(todo), batch_size):
-            chunk = todo[first : first + batch_size]
-            for record in batch_records(process, chunk, id_field=id_field, error_fields=error_fields):
-                if record["status"] == "error":
-                    summary.errors += 1
-                    if len(summary.error_examples) < 5:
-                        summary.error_examples.append(f"{record['id']}: {record['error']}")
-                else:
-                    summary.ok += 1
-                handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")  # one write per record
-                summary.processed += 1
-            handle.flush()
-            if fsync:
-                os.fsync(handle.fileno())
-            bar.update(len(chunk))
-            bar.set_postfix(errors=summary.errors)
-    bar.close()
-    summary.seconds = time.perf_counter() - start
-    return summary
+    return todo, summary
+
+
+def record_line(record: dict[str, Any]) -> str:
+    """A record as the one JSON line of the batch output that holds it (written in one call)."""
+    return json.dumps(record, ensure_ascii=False, default=str) + "\n"
 
 
 def batch_records(process: Callable[[Sequence[Item]], list[Any]], chunk: Sequence[Item], *, id_field: str = "id",

@@ -18,6 +18,10 @@ runs it from the command line and calls, in this order:
 ``report.html`` (:func:`~veracity.infer.report_html.write_report_html`) shows each record through the class's
 ``report_item`` (the record as JSON unless a pipeline says more) with ``report_flags`` as its filters' legend.
 
+With ``--executor ray`` the driver still calls each of these on its own instance (``close()`` before the batches),
+and each Ray actor makes a fresh instance from the same configs and calls ``load_worker(run_dir)`` once, then
+``__call__`` on its batches (``stats()`` and ``seconds`` are read from the actors).
+
 ``records`` are the batch records of this run's items (``{"id", "status", "result" | "error", "seconds"}``, the
 last one of an id), in item order. :func:`veracity.load_pipeline` (the Python API) calls ``check``, ``load`` and
 ``prepare`` once, then ``__call__`` on a user's rows, each made an item by ``row_item(row, source, line)``.
@@ -84,6 +88,12 @@ class Pipeline:
 
     def load(self, run_dir: Path) -> None:
         raise NotImplementedError
+
+    def load_worker(self, run_dir: Path) -> None:
+        """Get ready to run batches in another process (a Ray actor) of a run whose driver has already called
+        ``items``, ``check``, ``load`` and ``prepare``: load the models, read what ``prepare`` wrote, write nothing.
+        Default: :meth:`load`."""
+        self.load(run_dir)
 
     def model_ids(self) -> dict[str, str]:
         return {}

@@ -10,7 +10,8 @@ handed to :func:`run_pipeline`, which
 3. loads the models and writes ``run_config.yaml`` (configs, models by content, decoding); a resume under another
    config or other weights — checked against every file of the shard layout — is a ``RunConfigMismatchError``;
 4. runs the batches (:func:`veracity.infer.batch.run_batch`: resumable after a kill, items already recorded are
-   skipped, ``--retry_errors`` re-runs the failed ones, a failing item fails alone);
+   skipped, ``--retry_errors`` re-runs the failed ones, a failing item fails alone) — in this process, or with
+   ``--executor ray`` in Ray actors that each load the pipeline (:mod:`veracity.infer.executors`);
 5. hands the records of this run's items to the pipeline's ``finish`` (submission files) and writes
    ``summary.json`` (batch counts, items/s, seconds per stage; a resume with nothing to do keeps the summary of
    the run that did the work);
@@ -31,8 +32,17 @@ from typing import Any
 from veracity.config import make_parser as parser_over
 from veracity.config import parse_config
 from veracity.data_prep.errors import DataError
-from veracity.infer.batch import latest_records, layout_files, output_lock, parse_shard, run_batch, shard_file
-from veracity.infer.pipelines.contract import Pipeline, Record
+from veracity.infer.batch import (
+    BatchSummary,
+    latest_records,
+    layout_files,
+    output_lock,
+    parse_shard,
+    run_batch,
+    shard_file,
+)
+from veracity.infer.executors import ExecutorConfig, run_on_ray  # ray itself: imported in run_on_ray
+from veracity.infer.pipelines.contract import Item, Pipeline, Record
 from veracity.io import write_json
 from veracity.rundir import check_resume, to_plain, write_run_config
 
@@ -88,16 +98,30 @@ def write_record(pipeline: Pipeline, run_dir: Path, output: Path, shard: tuple[i
                      resumes=output)
 
 
-def run_pipeline(pipeline: Pipeline) -> dict[str, Any]:
-    """Run ``pipeline`` over its configured items into its ``output_dir`` (module docstring); returns the summary,
-    with ``metrics`` when the run was scored.
+def run_batches(pipeline: Pipeline, items: list[Item], output: Path, run_dir: Path, shard: tuple[int, int],
+                executor: ExecutorConfig) -> tuple[BatchSummary, dict[str, Any]]:
+    """The batches of a loaded and prepared pipeline, by ``executor``: the summary and the pipeline's stats."""
+    config = pipeline.config
+    if executor.executor == "local":
+        summary = run_batch(items, pipeline, output, shard=shard, batch_size=pipeline.batch_size,
+                            progress=config.progress, retry_errors=config.retry_errors, take_lock=False,
+                            error_fields=pipeline.error_fields)
+        return summary, pipeline.stats()
+    pipeline.close()  # the actors load their own copies; the driver's engines would only hold memory (a GPU)
+    return run_on_ray(pipeline, items, output, run_dir, shard=shard, retry_errors=config.retry_errors,
+                      progress=config.progress, config=executor)
+
+
+def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """Run ``pipeline`` over its configured items into its ``output_dir`` (module docstring) with ``executor``
+    (default: local); returns the summary, with ``metrics`` when the run was scored.
 
     Raises:
         DataError, PreparedDataError: bad input, before anything is written.
         OutputLockedError: another run is writing the same batch output.
         RunConfigMismatchError: the output holds records made under other settings or weights.
     """
-    config = pipeline.config
+    config, executor = pipeline.config, executor or ExecutorConfig()
     try:
         shard = parse_shard(config.shard)
     except ValueError as error:
@@ -116,15 +140,15 @@ def run_pipeline(pipeline: Pipeline) -> dict[str, Any]:
                 load_seconds = time.perf_counter() - start
                 write_record(pipeline, out, output, shard)
                 facts = pipeline.prepare(out)
-                summary = run_batch(items, pipeline, output, shard=shard, batch_size=pipeline.batch_size,
-                                    progress=config.progress, retry_errors=config.retry_errors, take_lock=False,
-                                    error_fields=pipeline.error_fields)
+                summary, stats = run_batches(pipeline, items, output, out, shard, executor)
             finally:
                 pipeline.close()
             records = layout_records(out, pipeline.records_stem, shard, [str(item["id"]) for item in items])
             facts.update(pipeline.finish(records, out))
-            report = {**summary.to_dict(), **facts, **pipeline.stats(), "load_seconds": round(load_seconds, 2),
+            report = {**summary.to_dict(), **facts, **stats, "load_seconds": round(load_seconds, 2),
                       "seconds_per_stage": {k: round(v, 2) for k, v in pipeline.seconds.items()}}
+            if executor.executor != "local":
+                report["executor"] = dataclasses.asdict(executor)
             if pipeline.unit != "items":
                 report[f"{pipeline.unit}_per_second"] = round(summary.items_per_second, 4)
             if summary.processed or not (out / "summary.json").exists():  # a no-op resume keeps the work's timings
@@ -146,16 +170,17 @@ def run_pipeline(pipeline: Pipeline) -> dict[str, Any]:
 
 def entry(cls: type[Pipeline], usage: str) -> tuple[Callable[[], Any], Callable[..., dict[str, Any]],
                                                     Callable[[Sequence[str] | None], dict[str, Any]]]:
-    """``(make_parser, run, main)`` of ``veracity infer <cls.name>``: the parser over the pipeline's configs, a
-    run on parsed configs, and ``main(argv)`` (what the CLI and the tests call)."""
+    """``(make_parser, run, main)`` of ``veracity infer <cls.name>``: the parser over the pipeline's configs and
+    the executor's options, a run on parsed configs, and ``main(argv)`` (what the CLI and the tests call)."""
     def make_parser() -> Any:
-        return parser_over(cls.config_types, prog=f"veracity infer {cls.name}")
+        return parser_over((*cls.config_types, ExecutorConfig), prog=f"veracity infer {cls.name}")
 
-    def run(*configs: Any) -> dict[str, Any]:
-        return run_pipeline(cls(*configs))
+    def run(*configs: Any, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+        return run_pipeline(cls(*configs), executor)
 
     def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-        return run(*parse_config(make_parser(), argv))
+        *configs, executor = parse_config(make_parser(), argv)
+        return run(*configs, executor=executor)
 
     make_parser.__doc__ = f"The options of `veracity infer {cls.name}` ({usage})."
     run.__doc__ = f"Run {cls.name} with parsed configs (what ``main`` does after parsing)."

@@ -264,7 +264,7 @@ class AIC(Pipeline):
         pool, targets, train = self._claims() if needed else ([], [], [])
         report: dict[str, Any] = {"knowledge_store": config.knowledge_store}
         if config.knowledge_store is None:
-            store_dir = run_dir / ("store" if config.proxy_own_documents else "store_distractors_only")
+            store_dir = self._proxy_store(run_dir)
             report = {"knowledge_store": str(store_dir), "proxy": True,
                       **build_proxy_store(pool, [c.id for c in targets], store_dir, own=config.proxy_own_documents,
                                           distractors=config.proxy_distractor_claims, mode=config.proxy_distractors,
@@ -276,6 +276,18 @@ class AIC(Pipeline):
                                   engine=self.engine)
         self.seconds = self.models.seconds
         return {"store": report}
+
+    def _proxy_store(self, run_dir: Path) -> Path:
+        return run_dir / ("store" if self.config.proxy_own_documents else "store_distractors_only")
+
+    def load_worker(self, run_dir: Path) -> None:
+        """The engine and the claim pipeline over the knowledge store the driver's ``prepare`` wrote."""
+        self.load(run_dir)
+        config = self.config
+        store = config.knowledge_store or str(self._proxy_store(run_dir))
+        train = self._claims()[2] if config.few_shot > 0 else []
+        self.models = AICPipeline(config, self.engine_config, KnowledgeStore(store), train, engine=self.engine)
+        self.seconds = self.models.seconds
 
     def __call__(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         assert self.models is not None, "prepare() first"

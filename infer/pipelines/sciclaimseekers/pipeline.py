@@ -263,6 +263,10 @@ class SciClaim(Pipeline):
         rerankers = ("llm", "cross_encoder") if self.config.ablation else (self.config.reranker,)
         self.models = SciClaimPipeline(self.config, self.engine_config, self._papers(), rerankers)
 
+    def load_worker(self, run_dir: Path) -> None:
+        self.items()  # the posts: an ablation gives the LLM reranker a share of all of them, not of a batch
+        self.load(run_dir)
+
     def model_ids(self) -> dict[str, str]:
         ids = {}
         if self.models is not None and self.models.engine is not None:
