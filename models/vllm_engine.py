@@ -12,6 +12,7 @@ request gets an error result. A request's constraint becomes vLLM structured out
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -58,6 +59,12 @@ class VLLMEngine(Engine):
     @property
     def model_id(self) -> str:
         return self._model_id
+
+    def close(self) -> None:
+        """Let go of vLLM's ``LLM`` (a Ray driver closes the engine it loaded for the run record before its actors,
+        one engine per GPU, load theirs); a closed engine generates no more."""
+        self.llm = None
+        gc.collect()
 
     def sampling(self, p: SamplingParams) -> Any:
         """vLLM's SamplingParams for ``p``. Greedy requests go with n = 1 (vLLM refuses greedy n > 1; the one

@@ -156,3 +156,16 @@ def test_greedy_requests_with_n_candidates_ask_vllm_once(tiny_lm_dir: Path) -> N
     assert greedy.ok and [c.text for c in greedy.candidates] == ["q|t=0.0|k=0"] * 3
     assert greedy.candidates[0] is not greedy.candidates[1]
     assert [c.text for c in sampled.candidates] == [f"q|t=0.7|k={k}" for k in range(3)]
+
+
+def test_close_lets_go_of_the_llm(tiny_lm_dir: Path) -> None:
+    """A Ray driver closes the engine it loaded for the run record before its actors load theirs: nothing of the
+    engine may keep vLLM's LLM (and its GPU memory) alive."""
+    import weakref
+
+    llm = RecordingLLM()
+    engine, alive = _engine(tiny_lm_dir, llm), weakref.ref(llm)
+    engine.generate([GenerationRequest.chat([{"role": "user", "content": "q"}])])
+    del llm
+    engine.close()
+    assert alive() is None
