@@ -3,6 +3,11 @@
 A job hands :func:`run_job` its parser (script args, TRL trainer config, ``ModelConfig``) and a ``train``
 function; :func:`train_lora` runs any TRL trainer on prompt/completion or preference records, resumes from the
 newest checkpoint, saves the adapter with its model card and marks the run done.
+
+Launched as several processes (``accelerate launch``, DDP; docs/training-multiprocess.md) every process runs this
+code: only the one that ``TrainingArguments.should_save`` names writes the run directory (run_config.yaml, the
+adapter, its card, COMPLETED; the Trainer saves checkpoints by the same rule), the others log warnings only, and
+every process returns once the adapter is on disk.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ class TrainScriptArgs:
     dry_run: bool = field(default=False, metadata={"help": "Meta-device build + memory estimate; no training."})
     architecture: str | None = field(
         default=None, metadata={"help": "Config for --dry_run: a shipped name (llama31_8b), folder or config.json."}
+    )
+    record_ranks: bool = field(
+        default=False, metadata={"help": "Each process writes ranks/rank<k>.json: the examples it trained on at each "
+                                         "step and a digest of its final weights (checks a multi-process launch)."}
     )
 
 
@@ -78,7 +87,8 @@ def prepare_run(script: TrainScriptArgs, training_args: Any, model_args: Any, jo
     if not model_args.use_peft:
         raise ValueError("veracity trains LoRA adapters: set use_peft: true")
     model_dir = resolve_model("chat_lm", model_args.model_name_or_path or "embedded")
-    write_run_config(training_args.output_dir, script, training_args, model_args, job=job)
+    if training_args.should_save:  # one writer per run directory in a multi-process launch
+        write_run_config(training_args.output_dir, script, training_args, model_args, job=job)
     return model_dir
 
 
@@ -90,7 +100,16 @@ def run_job(parser: Any, argv: Sequence[str] | None, train: Any) -> Any:
     if script.dry_run:
         return print_dry_run(script, training_args, model_args, half)
     check_reporting(training_args.report_to)
+    quiet_replicas(training_args)
     return train(script, training_args, model_args)
+
+
+def quiet_replicas(training_args: Any) -> None:
+    """In a multi-process launch every process runs the same code: all but the logging one (``should_log``) log at
+    ``log_level_replica`` (a TrainingArguments field, warning by default), as the Trainer does for transformers'
+    own logs, so each line appears once."""
+    if training_args.world_size > 1 and not training_args.should_log:
+        logging.getLogger("veracity").setLevel(training_args.get_process_log_level())
 
 
 def check_reporting(report_to: list[str] | str | None) -> None:
@@ -112,6 +131,8 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
+    from veracity.train.rank_record import RankRecorder  # lazy: brings peft and transformers
+
     train = Dataset.from_list(load_records(script.train_file, fields, script.max_train_examples))
     evaluation = Dataset.from_list(load_records(script.eval_file, fields)) if script.eval_file else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -119,14 +140,18 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
                           processing_class=tokenizer, peft_config=get_peft_config(model_args))
     if hasattr(trainer.model, "get_nb_trainable_parameters"):  # the line PEFT prints, in the log at training start
         logger.info("%s", peft_parameter_line(*trainer.model.get_nb_trainable_parameters()))
+    if script.record_ranks:
+        RankRecorder().attach(trainer)
     trainer.train(resume_from_checkpoint=last_checkpoint(training_args.output_dir))
     adapter = Path(training_args.output_dir) / "adapter"
-    trainer.save_model(str(adapter))
-    tokenizer.save_pretrained(adapter)
-    (Path(training_args.output_dir) / "base_model.txt").write_text(f"{model_dir}\n")
-    write_adapter_card(adapter, trainer, model_dir, script, training_args, model_args, len(train))
-    mark_completed(training_args.output_dir, f"adapter in {adapter} on base {model_dir}")
-    logger.info("adapter saved to %s", adapter)
+    trainer.save_model(str(adapter))  # the Trainer writes on the should_save process only, as below
+    if training_args.should_save:
+        tokenizer.save_pretrained(adapter)
+        (Path(training_args.output_dir) / "base_model.txt").write_text(f"{model_dir}\n")
+        write_adapter_card(adapter, trainer, model_dir, script, training_args, model_args, len(train))
+        mark_completed(training_args.output_dir, f"adapter in {adapter} on base {model_dir}")
+        logger.info("adapter saved to %s", adapter)
+    trainer.accelerator.wait_for_everyone()  # no process returns an adapter folder that is still being written
     return adapter
 
 
