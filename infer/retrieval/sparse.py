@@ -1,4 +1,9 @@
-"""BM25 on ``bm25s`` (sparse-matrix scoring; ≈ 13× faster queries than rank_bm25 here) with our analyzers."""
+"""BM25 on ``bm25s`` (sparse-matrix scoring; ≈ 13× faster queries than rank_bm25 here) with our analyzers.
+
+The index is built chunk by chunk (:mod:`bm25_build`) and searched without scanning every document
+(:mod:`bm25_topk`); both keep bm25s's scores exactly and its saved format, so ``bm25s.BM25.load`` reads our folders
+and we read its.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,16 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import islice
 from pathlib import Path
 
 import bm25s
 import numpy as np
 
 from veracity.infer.retrieval.analyzers import Analyzer
+from veracity.infer.retrieval.bm25_build import STREAMABLE_METHODS, BM25Builder
+from veracity.infer.retrieval.bm25_topk import column_maxima, top_k
 from veracity.infer.retrieval.fusion import Hits
 
 logger = logging.getLogger(__name__)
@@ -28,32 +37,44 @@ class BM25Index:
     """A BM25 index over documents identified by ``doc_ids`` (texts are not kept)."""
 
     def __init__(self, analyzer: Analyzer, params: BM25Params, model: bm25s.BM25, doc_ids: list[str]):
+        if model.method not in STREAMABLE_METHODS:  # bm25l/bm25+ add a per-query constant top_k does not know
+            raise ValueError(f"BM25 method {model.method!r} is not supported; use one of {STREAMABLE_METHODS}")
         self.analyzer, self.params, self.model, self.doc_ids = analyzer, params, model, doc_ids
 
     @classmethod
     def build(cls, doc_ids: Sequence[str], texts: Iterable[str], analyzer: Analyzer | None = None,
               params: BM25Params | None = None) -> BM25Index:
         analyzer, params = analyzer or Analyzer(), params or BM25Params()
-        tokens = [analyzer(text) for text in texts]
-        if len(tokens) != len(doc_ids):
-            raise ValueError(f"{len(tokens)} texts for {len(doc_ids)} doc ids")
-        if not any(tokens):
-            raise ValueError("no indexable terms in the corpus (every document is empty after analysis)")
-        model = bm25s.BM25(k1=params.k1, b=params.b, method=params.method)
-        model.index(tokens, show_progress=False)
-        return cls(analyzer, params, model, list(doc_ids))
+        builder = cls.builder(analyzer, params)
+        texts = iter(texts)
+        while chunk := list(islice(texts, 4096)):
+            builder.add(chunk)
+        if builder.documents != len(doc_ids):
+            raise ValueError(f"{builder.documents} texts for {len(doc_ids)} doc ids")
+        return cls(analyzer, params, builder.finish(), list(doc_ids))
+
+    @staticmethod
+    def builder(analyzer: Analyzer, params: BM25Params) -> BM25Builder:
+        """A streaming builder: ``add`` chunks of texts in row order, then
+        ``BM25Index(analyzer, params, builder.finish(), doc_ids)``."""
+        return BM25Builder(analyzer, params.k1, params.b, params.method)
+
+    @cached_property
+    def _maxima(self) -> np.ndarray:
+        return column_maxima(self.model.scores["data"], self.model.scores["indptr"])
 
     def search(self, queries: Sequence[str], k: int = 100) -> list[Hits]:
         """Top-``k`` (doc_id, score) per query; documents with score 0 (no shared term) are left out."""
         if not queries:
             return []
         k = min(k, len(self.doc_ids))
-        tokens = [self.analyzer(q) or ["\x00"] for q in queries]  # an empty query matches nothing
-        indices, scores = self.model.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        return [
-            [(self.doc_ids[i], float(s)) for i, s in zip(row_i, row_s, strict=True) if s > 0]
-            for row_i, row_s in zip(np.asarray(indices), np.asarray(scores), strict=True)
-        ]
+        vocab, matrix = self.model.vocab_dict, self.model.scores
+        results = []
+        for query in queries:
+            terms = [vocab[t] for t in self.analyzer(query) if t in vocab]  # unknown terms score nothing
+            rows, scores = top_k(matrix["data"], matrix["indices"], matrix["indptr"], self._maxima, terms, k)
+            results.append([(self.doc_ids[i], float(s)) for i, s in zip(rows.tolist(), scores, strict=True) if s > 0])
+        return results
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
