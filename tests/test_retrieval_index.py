@@ -259,12 +259,13 @@ def test_embeddings_are_reused_for_another_faiss_configuration(index_dir: Path, 
     import numpy as np
 
     from veracity.infer.retrieval.dense import DenseEncoder
+    from veracity.infer.retrieval.store import read_embeddings
 
     settings = _settings(tiny_encoder_dir, faiss_kind="hnsw", reuse_embeddings=str(index_dir))
     encoder = DenseEncoder(settings.encoder_spec())
     monkeypatch.setattr(encoder, "encode_documents", lambda texts: pytest.fail("must not re-encode"))
     folder = build_index(bench / "toy_corpus.jsonl", tmp_path / "hnsw", settings, encoder=encoder)
-    assert np.array_equal(np.load(folder / "embeddings.npy"), np.load(index_dir / "embeddings.npy"))
+    assert np.array_equal(read_embeddings(folder), read_embeddings(index_dir))
     other = tmp_path / "other.jsonl"
     other.write_text((bench / "toy_corpus.jsonl").read_text().replace("Paris", "Lyon"))
     with pytest.raises(IndexMismatchError, match="another corpus"):

@@ -70,6 +70,21 @@ class DenseEncoder:
         return {**asdict(self.spec), "fingerprint": self.fingerprint, "dim": self.dim}
 
 
+def embed_shard(encoder: DenseEncoder, texts: Sequence[str]) -> np.ndarray:
+    """The vectors of one batch of document texts: float32, ``(len(texts), encoder.dim)``, L2-normalized, the
+    document prefix applied.
+
+    The only model work of an index build, and a pure function of the encoder and the texts: no index, file or
+    row number involved. ``build_index`` calls it on each ``stream_batch``; a distributed executor (a Ray Data
+    actor that loads the encoder once in ``__init__``) can map it over batches of the corpus instead, and the
+    results go to disk through ``store.ShardWriter`` as the shards an index folder holds.
+    """
+    vectors = encoder.encode_documents(texts)
+    if vectors.shape != (len(texts), encoder.dim):
+        raise ValueError(f"encoder returned {vectors.shape} for {len(texts)} texts of dim {encoder.dim}")
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
 @dataclass(frozen=True)
 class FaissParams:
     kind: str = "hnsw"  # "flat" (exact) or "hnsw"

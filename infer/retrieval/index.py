@@ -7,31 +7,52 @@ Folder layout::
     doc_ids.json      row → doc_id
     bm25/             bm25s arrays (no pickle)
     dense.faiss       FAISS index
-    embeddings.npy    the document vectors (float32, L2-normalized), reusable for another FAISS configuration
+    embeddings/       the document vectors (float32, L2-normalized) in shards of ``shard_size`` rows, reusable for
+                      another FAISS configuration (format 1: one embeddings.npy; still read)
+    texts.bin         the indexed texts, with text_offsets.npy (format 1: read back from the corpus)
 
 Loading checks the corpus hash and the encoder fingerprint: an index built from another corpus or model is an
-error, not a silent mismatch. The corpus is streamed in batches, so memory grows with the index, not the file.
+error, not a silent mismatch.
+
+The build streams: the corpus is read ``stream_batch`` documents at a time and no document text is kept. Each
+batch goes to the BM25 builder (compact term statistics; ``bm25_build``), to the text store on disk, and through
+``dense.embed_shard`` to the shard writer, which saves every ``shard_size`` rows and adds them to FAISS. Memory
+holds the BM25 statistics, the FAISS index and one shard of vectors, never the corpus (bench/scale.py measures it).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.readers import read_jsonl
 from veracity.infer.retrieval.analyzers import Analyzer
-from veracity.infer.retrieval.dense import DenseEncoder, DenseIndex, EncoderSpec, FaissParams, new_faiss_index
+from veracity.infer.retrieval.dense import (
+    DenseEncoder,
+    DenseIndex,
+    EncoderSpec,
+    FaissParams,
+    embed_shard,
+    new_faiss_index,
+)
 from veracity.infer.retrieval.sparse import BM25Index, BM25Params
+from veracity.infer.retrieval.store import (
+    TEXTS,
+    DocTexts,
+    DocTextWriter,
+    EmbeddingReader,
+    ShardWriter,
+    clear_embeddings,
+)
 from veracity.io import atomic_writer, sha256_file
 
 logger = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: embeddings in shards, texts stored; format 1 folders still load
+READABLE_FORMATS = (1, 2)
 
 
 class IndexMismatchError(ValueError):
@@ -61,12 +82,18 @@ class IndexSettings:
     ef_construction: int = FaissParams.ef_construction
     ef_search: int = FaissParams.ef_search
     stream_batch: int = field(default=2048, metadata={"help": "Documents read and encoded per batch."})
+    shard_size: int = field(default=65536, metadata={
+        "help": "Document vectors per embeddings/ shard file (each shard is added to FAISS as it is written)."})
     reuse_embeddings: str | None = field(
         default=None,
-        metadata={"help": "An index folder built from the same corpus and encoder: reuse its embeddings.npy "
+        metadata={"help": "An index folder built from the same corpus and encoder: reuse its embeddings "
                   "instead of encoding again (e.g. to try other FAISS parameters)."},
     )
     progress: bool = field(default=True, metadata={"help": "Show a progress bar while indexing."})
+
+    def __post_init__(self) -> None:
+        if self.stream_batch < 1 or self.shard_size < 1:
+            raise ValueError(f"stream_batch and shard_size must be >= 1, got {self.stream_batch}, {self.shard_size}")
 
     def analyzer_obj(self) -> Analyzer:
         return Analyzer(self.analyzer, self.stem)
@@ -120,13 +147,13 @@ def check_corpus(path: str | Path) -> int:
     return len(first)
 
 
-def _reusable_embeddings(folder: Path, corpus_sha: str, encoder: DenseEncoder) -> np.ndarray:
+def _reusable_embeddings(folder: Path, corpus_sha: str, encoder: DenseEncoder) -> EmbeddingReader:
     meta = json.loads((folder / "index_meta.json").read_text())
     if meta["corpus"]["sha256"] != corpus_sha or not meta["dense"]:
         raise IndexMismatchError(f"{folder}: embeddings were computed for another corpus (or none were)")
     if meta["dense"]["encoder"]["fingerprint"] != encoder.fingerprint:
         raise IndexMismatchError(f"{folder}: embeddings were computed with another encoder")
-    return np.load(folder / "embeddings.npy", mmap_mode="r")
+    return EmbeddingReader(folder)
 
 
 def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSettings,
@@ -135,8 +162,8 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
 
     The corpus is checked first (:func:`check_corpus`; ``checked``: the document count of a check the caller
     already made), so a bad record stops the build before anything is written. Documents are then read
-    ``stream_batch`` at a time; vectors go straight into FAISS and a memory-mapped ``embeddings.npy``, so memory
-    holds the index, not the corpus text.
+    ``stream_batch`` at a time and never kept: BM25 keeps term statistics, texts go to ``texts.bin``, vectors to
+    ``embeddings/`` shards that are added to FAISS one by one.
     """
     from tqdm.auto import tqdm  # lazy: 0.08 s, only a build needs it
 
@@ -152,13 +179,14 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
     reuse = None
     if settings.dense and encoder is not None and settings.reuse_embeddings:
         reuse = _reusable_embeddings(Path(settings.reuse_embeddings), corpus_sha, encoder)
-    faiss_index = vectors = None
+    clear_embeddings(out)
+    bm25 = BM25Index.builder(settings.analyzer_obj(), settings.bm25_params()) if settings.sparse else None
+    faiss_index = shards = None
     if settings.dense and encoder is not None:
         faiss_index = new_faiss_index(encoder.dim, settings.faiss_params())
-        vectors = np.lib.format.open_memmap(out / "embeddings.npy", mode="w+", dtype=np.float32,
-                                            shape=(total, encoder.dim))
+        shards = ShardWriter(out, settings.shard_size, on_shard=faiss_index.add)
+    texts_out = DocTextWriter(out)
     doc_ids: list[str] = []
-    bm25_texts: list[str] = []
     seen: set[str] = set()
     bar = tqdm(total=total, unit="doc", desc=f"indexing {corpus.name}", disable=not settings.progress)
     for chunk in iter_corpus(corpus, settings.stream_batch):
@@ -170,14 +198,16 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
                 raise ValueError(f"{corpus}: duplicate doc_id {doc_id!r}")
             seen.add(doc_id)
             doc_ids.append(doc_id)
-        if settings.sparse:
-            bm25_texts.extend(texts)
-        if faiss_index is not None and vectors is not None and encoder is not None:
-            batch = reuse[start : len(doc_ids)] if reuse is not None else encoder.encode_documents(texts)
-            vectors[start : len(doc_ids)] = batch
-            faiss_index.add(np.ascontiguousarray(batch, dtype=np.float32))
-        bar.update(len(chunk))
+        del chunk
+        texts_out.add(texts)
+        if bm25 is not None:
+            bm25.add(texts)
+        if shards is not None and encoder is not None:
+            shards.add(reuse.rows(start, len(doc_ids)) if reuse is not None else embed_shard(encoder, texts))
+        bar.update(len(texts))
     bar.close()
+    texts_out.close()
+    del seen
     meta: dict[str, object] = {
         "format_version": FORMAT_VERSION,
         "corpus": {"path": str(corpus.resolve()), "sha256": corpus_sha, "documents": len(doc_ids)},
@@ -185,14 +215,14 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
         "sparse": None,
         "dense": None,
     }
-    if settings.sparse:
-        bm25 = BM25Index.build(doc_ids, bm25_texts, settings.analyzer_obj(), settings.bm25_params())
-        bm25.save(out / "bm25")
+    if bm25 is not None:
+        BM25Index(settings.analyzer_obj(), settings.bm25_params(), bm25.finish(), doc_ids).save(out / "bm25")
         meta["sparse"] = {**settings.analyzer_obj().to_dict(), **asdict(settings.bm25_params())}
-    if faiss_index is not None and encoder is not None and vectors is not None:
-        vectors.flush()
+    if faiss_index is not None and encoder is not None and shards is not None:
+        count = shards.close()
         DenseIndex(faiss_index, settings.faiss_params(), doc_ids).save(out / "dense.faiss")
-        meta["dense"] = {"encoder": encoder.describe(), "faiss": asdict(settings.faiss_params())}
+        meta["dense"] = {"encoder": encoder.describe(), "faiss": asdict(settings.faiss_params()),
+                         "embeddings": {"shards": count, "shard_size": settings.shard_size}}
     with atomic_writer(out / "doc_ids.json") as handle:
         json.dump(doc_ids, handle)
     with atomic_writer(out / "index_meta.json") as handle:  # written last: its presence marks a complete index
@@ -209,8 +239,11 @@ class LoadedIndex:
     dense: DenseIndex | None
     encoder: DenseEncoder | None
 
-    def texts(self) -> dict[str, str]:
-        """doc_id → indexed text, read from the (hash-checked) corpus; for rerankers and MMR."""
+    def texts(self) -> Mapping[str, str]:
+        """doc_id → indexed text, for rerankers and MMR: read from the index's text store on demand, or (format 1)
+        all at once from the (hash-checked) corpus."""
+        if (self.folder / TEXTS).exists():
+            return DocTexts(self.folder, self.doc_ids)
         corpus = self.meta["corpus"]  # type: ignore[index]
         include_title = bool(self.meta["include_title"])
         return {str(d["doc_id"]): document_text(d, include_title)
@@ -225,8 +258,9 @@ def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: s
     if not meta_path.exists():
         raise FileNotFoundError(f"{folder} is not a complete index (no index_meta.json)")
     meta = json.loads(meta_path.read_text())
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise IndexMismatchError(f"{folder}: index format {meta.get('format_version')}, expected {FORMAT_VERSION}")
+    if meta.get("format_version") not in READABLE_FORMATS:
+        raise IndexMismatchError(f"{folder}: index format {meta.get('format_version')}, expected one of "
+                                 f"{READABLE_FORMATS}")
     corpus_meta = meta["corpus"]
     corpus_path = Path(corpus) if corpus else Path(corpus_meta["path"])
     if corpus_path.exists():
