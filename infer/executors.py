@@ -48,8 +48,8 @@ class ExecutorConfig:
     executor: str = field(default="local", metadata={
         "help": "local: batches in this process; ray: on a Ray cluster, in actors that each load the models once."})
     ray_address: str | None = field(default=None, metadata={
-        "help": "ray: none joins a running local Ray instance or starts one (ray.init); 'auto' joins the cluster "
-                "this machine belongs to (`ray start`), or fails; or an address (host:6379, ray://host:10001)."})
+        "help": "ray: none starts a Ray instance on this machine for the run; 'auto' joins the cluster this machine "
+                "belongs to (`ray start`), or fails; or the head's address (host:6379)."})
     workers: int = field(default=1, metadata={
         "help": "ray: actors, each with its own copy of the pipeline (Ray Data's map_batches concurrency). "
                 "Items per batch are the pipeline's own option (claims_per_call, posts_per_call, items_per_call)."})
@@ -98,11 +98,13 @@ def forwarded_env() -> dict[str, str]:
 
 
 def connect(config: ExecutorConfig) -> Any:
-    """``ray``, initialised: a Ray instance this process already joined, else ``ray.init(address=ray_address)``."""
+    """``ray``, initialised: a Ray instance this process already joined, else ``ray.init(address=ray_address)``
+    (none: a new local instance — ray.init's own default would join whatever /tmp/ray names, a stopped head
+    included, and wait for it)."""
     import ray  # lazy: seconds to import, and only ray runs need it
 
     if not ray.is_initialized():
-        ray.init(address=config.ray_address, include_dashboard=False)
+        ray.init(address=config.ray_address or "local", include_dashboard=False)
     return ray
 
 
