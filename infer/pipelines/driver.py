@@ -15,7 +15,8 @@ handed to :func:`run_pipeline`, which
 5. hands the records of this run's items to the pipeline's ``finish`` (submission files) and writes
    ``summary.json`` (batch counts, items/s, seconds per stage; a resume with nothing to do keeps the summary of
    the run that did the work);
-6. unsharded, calls the pipeline's scorer on the records (``metrics.json`` and what each scorer writes).
+6. unsharded, calls the pipeline's scorer on the records (``metrics.json`` and what each scorer writes) and writes
+   ``report.html`` (:mod:`veracity.infer.report_html`: config, metrics, plots, one row per item that opens).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from veracity.infer.batch import (
 )
 from veracity.infer.executors import ExecutorConfig, run_on_ray  # ray itself: imported in run_on_ray
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
+from veracity.infer.report_html import write_report_html
 from veracity.io import write_json
 from veracity.rundir import check_resume, to_plain, write_run_config
 
@@ -161,6 +163,9 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
                 metrics = pipeline.score(records, out)
                 if metrics is not None:
                     report["metrics"] = metrics
+                page = write_report_html(out, pipeline, records, metrics)
+                report["report_html"] = str(page)
+                print(f"report: {page}")
     except BaseException:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # a run that stopped before its first file leaves no empty folder behind
