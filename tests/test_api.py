@@ -32,7 +32,7 @@ def cli_records(out: Path) -> list[dict]:
 
 @pytest.fixture(autouse=True)
 def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)  # the examples name the shipped recipes as the README does
+    monkeypatch.chdir(REPO)  # the examples name the shipped recipes as docs/api.md does
 
 
 def test_import_stays_light() -> None:

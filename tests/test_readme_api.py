@@ -1,4 +1,4 @@
-"""The README's Python API examples run as printed (the model weights swapped for tiny ones, nothing else)."""
+"""The Python API examples of docs/api.md run as printed (the model weights swapped for tiny ones, nothing else)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def example(name: str) -> str:
-    """The ```python block after ``<!-- api-example: name -->`` in the README."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """The ```python block after ``<!-- api-example: name -->`` in docs/api.md."""
+    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
     found = re.search(rf"<!-- api-example: {name} -->\n```python\n(.*?)```", text, re.S)
-    assert found, f"README has no api-example {name}"
+    assert found, f"docs/api.md has no api-example {name}"
     return found.group(1)
 
 
@@ -55,9 +55,9 @@ def tiny_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_lm_dir: P
 
 
 @pytest.mark.parametrize("name", ["r2vc", "others"])
-def test_the_readme_api_example_runs_as_printed(name: str, tiny_weights: Path, capsys: pytest.CaptureFixture[str]
+def test_the_api_example_runs_as_printed(name: str, tiny_weights: Path, capsys: pytest.CaptureFixture[str]
                                                 ) -> None:
-    exec(compile(example(name), f"README api-example {name}", "exec"), {})  # noqa: S102 - the README's own code
+    exec(compile(example(name), f"docs/api.md api-example {name}", "exec"), {})  # noqa: S102 - the page's own code
     printed = capsys.readouterr().out.splitlines()
     if name == "r2vc":
         assert [line.split()[0] for line in printed[:2]] == ["1", "2"] and len(printed) == 3
