@@ -1,9 +1,9 @@
 """Multi-process training for real: `accelerate launch` of `veracity train sft|dpo` as two DDP processes on the CPU
 (gloo), checked against one process with the same global batch; the GPU accelerate configs parsed by accelerate.
 
-The two-process runs are `slow` (each launch starts two Python processes that import torch, transformers and TRL:
-about 15-25 s here); CI runs them (scripts/test.sh deselects only `gpu`). docs/training-multiprocess.md says what
-was run here and what was not.
+The two-process runs are `slow` (each launch starts two Python processes that import torch, transformers and TRL;
+the SFT and the DPO test take 20-60 s each here); CI runs them (scripts/test.sh deselects only `gpu`).
+docs/training-multiprocess.md says what was run here and what was not.
 """
 
 from __future__ import annotations
@@ -291,3 +291,19 @@ def test_digests_read_token_ids_and_every_weight_bit() -> None:
     nudged["b"][1, 2] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))  # one float32 ulp
     assert state_digest(nudged) != state_digest(weights)
     assert state_digest({"b": weights["b"].reshape(3, 2), "a": weights["a"]}) != state_digest(weights)
+
+
+def test_processes_that_did_not_join_one_group_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen here: `accelerate launch` of a CPU recipe without use_cpu starts two processes that each see a world of
+    one and would train alone into the same run directory; the job stops before writing anything."""
+    from types import SimpleNamespace
+
+    from veracity.data_prep.errors import InputError
+    from veracity.train.lora import check_process_group
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(InputError, match="launched as 2 processes, but this one sees a world of 1"):
+        check_process_group(SimpleNamespace(world_size=1))
+    check_process_group(SimpleNamespace(world_size=2))
+    monkeypatch.delenv("WORLD_SIZE")
+    check_process_group(SimpleNamespace(world_size=1))

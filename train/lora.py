@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any
 import yaml
 
 from veracity.config import load_config_values
-from veracity.data_prep.errors import DataError
+from veracity.data_prep.errors import DataError, InputError
 from veracity.io import mark_completed, sha256_file
 from veracity.models.registry import resolve_model
 from veracity.rundir import write_run_config
@@ -100,8 +101,19 @@ def run_job(parser: Any, argv: Sequence[str] | None, train: Any) -> Any:
     if script.dry_run:
         return print_dry_run(script, training_args, model_args, half)
     check_reporting(training_args.report_to)
+    check_process_group(training_args)
     quiet_replicas(training_args)
     return train(script, training_args, model_args)
+
+
+def check_process_group(training_args: Any) -> None:
+    """Refuse a launch whose processes did not join one group. torchrun (``accelerate launch``) says how many it
+    started in ``WORLD_SIZE``; on a machine without a GPU they form a (gloo) group only with ``use_cpu: true`` —
+    without it each would train alone on all the data and write the same run directory (seen here)."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and training_args.world_size != launched:
+        raise InputError(f"launched as {launched} processes, but this one sees a world of {training_args.world_size}: "
+                         "they did not join one process group (without a GPU set use_cpu: true, which uses gloo)")
 
 
 def quiet_replicas(training_args: Any) -> None:
