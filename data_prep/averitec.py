@@ -152,7 +152,7 @@ def load_fever8_csv(ctx: LoadContext, out: str, relative: str) -> list[AveritecC
 
 
 def task3_item(claim: AveritecClaim, source: str) -> ArticleItem:
-    """A CheckThat 2026 Task 3 input from an AVeriTeC claim (SPEC §4).
+    """A CheckThat 2026 Task 3 input from an AVeriTeC claim (docs/pipelines/uts.md#items).
 
     Evidence = the QA answers grouped by source URL (one ``{url, text}`` per URL, in first-seen order); the
     human justification is the reference text.

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-# --- Ternary claim labels (SPEC §1) -----------------------------------------------------------------------
+# --- Ternary claim labels (docs/data.md#labels) ------------------------------------------------------------
 SUPPORTS = "SUPPORTS"
 REFUTES = "REFUTES"
 NOT_ENOUGH_INFO = "NOT ENOUGH INFO"
@@ -113,7 +113,7 @@ class EvidencePassage(Record):
 
 @dataclass
 class ClaimExample(Record):
-    """A claim with its evidence and a ternary label (R2VC's unit; SPEC §1)."""
+    """A claim with its evidence and a ternary label (R2VC's unit; docs/data.md#records)."""
 
     kind: ClassVar[str] = "claim_example"
     id: str
@@ -160,7 +160,7 @@ class NLIPair(Record):
 
 @dataclass
 class CorpusDocument(Record):
-    """A retrievable unit of an evidence corpus (SPEC §1: ``{doc_id, title, url, text}``)."""
+    """A retrievable unit of an evidence corpus: ``{doc_id, title, url, text}`` (docs/data.md#records)."""
 
     kind: ClassVar[str] = "corpus_document"
     doc_id: str
@@ -204,7 +204,7 @@ class QAPair(Record):
 
 @dataclass
 class AveritecClaim(Record):
-    """An AVeriTeC / FEVER-8 claim with its question–answer evidence and a four-way verdict (SPEC §2)."""
+    """An AVeriTeC / FEVER-8 claim with its question–answer evidence and a four-way verdict (docs/data.md#records)."""
 
     kind: ClassVar[str] = "averitec_claim"
     id: str

@@ -41,7 +41,7 @@ def hash_unit(key: str, seed: int) -> float:
 class SplitSpec:
     """Fractions of the seeded hash split.
 
-    ``calib`` is the held-out slice the R2VC calibrator trains on (SPEC §1); it is disjoint from ``dev``
+    ``calib`` is the held-out slice the R2VC calibrator trains on (docs/data.md#splits); it is disjoint from ``dev``
     (evaluation) and from ``train`` by construction.
     """
 

@@ -1,4 +1,4 @@
-"""One interface for chat generation, behind which every LLM runs (SPEC §5).
+"""One interface for chat generation, behind which every LLM runs (docs/engines.md#engines).
 
 A request is messages (or a raw prompt) plus sampling parameters; a result is n candidates, each with its text,
 finish reason and per-token log-probabilities — or ``None`` where the backend cannot give them (never zeros).

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 LEGACY_VERACITY_MAX_LENGTH = 128
 LEGACY_VERACITY_TRUNCATION = "only_first"
 TRUNCATIONS = ("only_first", "only_second", "longest_first")  # what a tokenizer's `truncation` accepts by name
-# The backend ``auto`` picks on a CPU (bench/r2vc.py measures the three side by side; docs in the README).
+# The backend ``auto`` picks on a CPU (bench/r2vc.py measures the three: docs/results.md#verifier-backends).
 DEFAULT_CPU_BACKEND = "onnx"
 _END_PUNCTUATION = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
@@ -46,7 +46,7 @@ def split_at_end_punctuation(text: str) -> list[str]:
 
     Not the project's sentence splitter (``veracity.data_prep.text.split_sentences``, Punkt): a piece only bounds a
     window that is packed by token count, so a cut after "Mr." costs at most a window boundary there, and every
-    windowed verifier score the README's tables were measured with rests on these cuts.
+    windowed verifier score the tables of docs/results.md were measured with rests on these cuts.
     """
     return [s for s in _END_PUNCTUATION.split(text.strip()) if s]
 

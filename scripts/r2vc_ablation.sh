@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Every R2VC table of the README, measured in one go on the embedded models (≈ 45 min on 2 CPU cores): the
+# Every R2VC table of docs/results.md, measured in one go on the embedded models (≈ 45 min on 2 CPU cores): the
 # calibrators on the whole calib split (not a pipeline run), then the ablation recipes (configs/ablations/r2vc*.yaml,
 # `veracity infer ablate`: each row a `veracity infer r2vc` run, each recipe one table). Needs `veracity prep`, the
-# embedded verifier and the SFT / DPO generators of the README's Training section (runs/train/{sft,dpo}_smollm2/
+# embedded verifier and the SFT / DPO generators of docs/training.md#sft-and-dpo (runs/train/{sft,dpo}_smollm2/
 # merged). Generation is cached (runs/cache/r2vc_embedded.sqlite): the ablations replay the full run's candidates
 # and only re-decide, so a rerun after a verifier change costs the verifier and the calibrator, not the generator.
 set -euo pipefail

@@ -1,4 +1,5 @@
-"""Print a README table from R2VC run folders (their ``metrics.json``, as ``veracity eval r2vc`` writes it).
+"""Print a results table (docs/results.md) from R2VC run folders (their ``metrics.json``, as ``veracity eval r2vc``
+writes it).
 
 Usage: .venv/bin/python scripts/r2vc_table.py [--source fever_symmetric] [--parse_failures] "label=runs/r2vc/x" ...
 

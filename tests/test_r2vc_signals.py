@@ -76,7 +76,8 @@ def test_s_ver_by_hand_claim_orientation() -> None:
     s_cov = (0.8 + 0.1 + 0.3) / 3
     expected = 0.6 * 0.8 + 0.2 * s_cov - 0.3 * 0.0 + 0.1 * 1.0 + 0.1 * 1.0 - 0.1 * (1 - 1.0)
     assert sig.s_ver == pytest.approx(expected) and sig.s_cit == pytest.approx(1.0)
-    # A REFUTES answer read the SPEC's literal way: contradiction is not its support, s_cons 0 against y_NLI True.
+    # A REFUTES answer read the literal way (docs/design.md#r2vc-decisions): contradiction is not its support, s_cons 0
+    # against y_NLI True.
     refutes = candidate_signals(NLI, "REFUTES", [3], CLAIM, PASSAGES, claim_view)
     cit = citation_similarity(CLAIM, PASSAGES[2])
     expected = 0.6 * 0.8 + 0.2 * s_cov - 0.0 + 0.1 * 0.0 + 0.1 * 0.0 - 0.1 * (1 - cit)

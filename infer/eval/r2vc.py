@@ -6,10 +6,10 @@ Reads the records ``veracity infer r2vc`` writes (batch records, or the ``predic
 and writes ``metrics.json``, ``predictions.jsonl`` (``id, gold, prediction, abstained, confidence`` plus the
 full record), ``report.md``, ``risk_coverage.png`` and ``reliability.png``.
 
-Definitions: ``accuracy`` / ``macro_f1`` count an abstention as NOT ENOUGH INFO (SPEC §1), macro-F1 over the
-labels present in gold; ``brier`` / ``ece`` score the calibrated confidence that the chosen candidate's label is
-right, ``ece_uncalibrated`` / ``brier_uncalibrated`` the same for the uncalibrated confidence (the chosen
-candidate's s_ver clipped to [0, 1]); ``coverage`` is the share answered and ``selective_accuracy`` the accuracy
+Definitions: ``accuracy`` / ``macro_f1`` count an abstention as NOT ENOUGH INFO (docs/pipelines/r2vc.md#abstention),
+macro-F1 over the labels present in gold; ``brier`` / ``ece`` score the calibrated confidence that the chosen
+candidate's label is right, ``ece_uncalibrated`` / ``brier_uncalibrated`` the same for the uncalibrated confidence (the
+chosen candidate's s_ver clipped to [0, 1]); ``coverage`` is the share answered and ``selective_accuracy`` the accuracy
 over the answered claims; ``aurc`` the area under the risk–coverage curve of the calibrated confidence.
 
 Errors (the one rule of every scorer here, as ``veracity eval averitec`` counts a claim without a prediction): a

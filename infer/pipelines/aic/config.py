@@ -1,4 +1,4 @@
-"""Settings of the AIC CTU FEVER-8 pipeline (SPEC §2). The generator engine is an
+"""Settings of the AIC CTU FEVER-8 pipeline (docs/pipelines/aic.md#how-it-works). The generator engine is an
 :class:`~veracity.models.engine.EngineConfig`, parsed beside this one."""
 
 from __future__ import annotations

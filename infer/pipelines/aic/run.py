@@ -1,4 +1,4 @@
-"""AIC CTU FEVER-8 batch inference: long-context RAG, one LLM call per claim (SPEC §2).
+"""AIC CTU FEVER-8 batch inference: long-context RAG, one LLM call per claim (docs/pipelines/aic.md).
 
 Usage: veracity infer aic --config configs/pipelines/aic_embedded.yaml [--max_examples 16]
                           [--knowledge_store DIR] [--proxy_own_documents false] [--output_dir runs/aic/x]

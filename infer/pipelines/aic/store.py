@@ -5,10 +5,10 @@ A store is a folder with one file per claim, ``<claim_id>.json``, holding JSON l
 but not needed), or a single JSONL file whose lines also carry ``claim_id``. Files are read line by line, one
 claim at a time, so a store of any size streams.
 
-Chunking (SPEC §2, AIC CTU): whole sentences are packed in order into chunks of at most ``max_chars``
-characters (joined by one space); a sentence longer than that is cut at word boundaries (a word longer than
-the limit is cut where it stands) so the bound always holds. Each chunk carries its URL and the full text of
-the chunk before and after it in the same document.
+Chunking (docs/pipelines/aic.md#knowledge-stores): whole sentences are packed in order into chunks of at most
+``max_chars`` characters (joined by one space); a sentence longer than that is cut at word boundaries (a word longer
+than the limit is cut where it stands) so the bound always holds. Each chunk carries its URL and the full text of the
+chunk before and after it in the same document.
 
 **Proxy stores.** The official knowledge stores are not available here (PROVENANCE.md). A proxy store gives each
 claim its own QA answers as documents under their source URLs (answers split into sentences with NLTK's

@@ -1,4 +1,4 @@
-"""Settings of the R2VC pipeline (SPEC §1). Thresholds and weights of the signals live in
+"""Settings of the R2VC pipeline (docs/pipelines/r2vc.md#config-fields). Thresholds and weights of the signals live in
 :class:`~veracity.infer.pipelines.r2vc.signals.SignalSettings`; the generator engine in
 :class:`~veracity.models.engine.EngineConfig`; both are parsed beside this one."""
 
@@ -43,11 +43,12 @@ class R2VCConfig:
                 "to measure how often decisions flip (bench/r2vc_injection.py)."})
     # --- retrieval (sources without their own evidence) ----------------------------------------------------
     top_k: int = field(default=5, metadata={"help": "Evidence passages kept per claim from retrieval (the pool K)."})
-    alpha: float = field(default=DEFAULT_ALPHA, metadata={"help": "BM25 weight of the min–max α-fusion (SPEC §1)."})
+    alpha: float = field(default=DEFAULT_ALPHA, metadata={
+        "help": "BM25 weight of the min–max α-fusion (docs/pipelines/r2vc.md#how-it-works)."})
     retrieval_candidates: int = field(default=100, metadata={"help": "Hits per retriever before fusion."})
     # --- generator ----------------------------------------------------------------------------------------
     use_generator: bool = field(default=True, metadata={"help": "false: the NLI-only ablation (no generator)."})
-    n_candidates: int = field(default=12, metadata={"help": "Candidates sampled per claim (SPEC: up to 12)."})
+    n_candidates: int = field(default=12, metadata={"help": "Candidates sampled per claim (the paper: up to 12)."})
     temperature: float = 0.7
     top_p: float = 0.95
     max_new_tokens: int = field(default=160, metadata={

@@ -1,4 +1,5 @@
-"""The R2VC generator's prompt, answer format and parser (SPEC §1): the one place that knows the format.
+"""The R2VC generator's prompt, answer format and parser (docs/pipelines/r2vc.md#how-it-works): the one place that
+knows the format.
 
 Used by the SFT/DPO training-set builder (``train/training_sets.py``) and by inference, so what the generator is
 trained on is exactly what it is asked. The prompt gives the claim and numbered evidence passages; the answer is

@@ -1,4 +1,4 @@
-"""R2VC batch inference: retrieval-augmented, verified, calibrated fact-checking (SPEC §1).
+"""R2VC batch inference: retrieval-augmented, verified, calibrated fact-checking (docs/pipelines/r2vc.md).
 
 Usage: veracity infer r2vc --config configs/pipelines/r2vc_embedded.yaml [--sources fever_symmetric vitaminc]
                            [--split dev] [--max_examples 50] [--output_dir runs/r2vc] [--shard 0/4]

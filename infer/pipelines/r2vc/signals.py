@@ -1,4 +1,5 @@
-"""R2VC verifier signals, calibrator features and the two-stage decision (SPEC §1), as pure functions.
+"""R2VC verifier signals, calibrator features and the two-stage decision (docs/pipelines/r2vc.md#signals), as pure
+functions.
 
 Inputs are plain data: per-passage NLI probabilities ``(n_passages, 3)`` in ``entailment, neutral, contradiction``
 order (``data_prep.schema.NLI_LABELS``), the candidate's label and cited passage ids (1-based), the claim and the
@@ -29,7 +30,7 @@ _STOPWORDS = frozenset(
 
 @dataclass(frozen=True)
 class SignalSettings:
-    """Thresholds and weights of SPEC §1 (defaults are the paper's)."""
+    """Thresholds and weights of the signals (docs/pipelines/r2vc.md#signals; defaults are the paper's)."""
 
     t_ent: float = 0.60
     t_contr: float = 0.60
@@ -133,8 +134,9 @@ def claim_signals(nli: np.ndarray, settings: SignalSettings) -> tuple[float, flo
 def oriented(nli: np.ndarray, label: str, orientation: str) -> tuple[np.ndarray, np.ndarray]:
     """Per passage: (support, against) of what the candidate asserts.
 
-    ``claim`` reads SPEC §1 literally: support = P(entailment of the claim), against = P(contradiction), whatever
-    the candidate's label — so a correct REFUTES answer gets a low ``s_ver`` and is always abstained on.
+    ``claim`` reads the paper's formula literally (docs/design.md#r2vc-decisions): support = P(entailment of the
+    claim), against = P(contradiction), whatever the candidate's label — so a correct REFUTES answer gets a low
+    ``s_ver`` and is always abstained on.
     ``verdict`` (default) scores the candidate's verdict, as the paper's verifier ``V(c, ŷ_i, S_i)`` takes the
     label: SUPPORTS as above; REFUTES support = P(contradiction), against = P(entailment); NOT ENOUGH INFO
     support = P(neutral), against = the passage's stronger of entailment and contradiction.
@@ -150,7 +152,7 @@ def oriented(nli: np.ndarray, label: str, orientation: str) -> tuple[np.ndarray,
 
 def candidate_signals(nli: np.ndarray, label: str, cited: Sequence[int], claim: str, passages: Sequence[str],
                       settings: SignalSettings) -> Signals:
-    """Every SPEC §1 signal of one candidate and its ``s_ver``.
+    """Every signal of one candidate (docs/pipelines/r2vc.md#signals) and its ``s_ver``.
 
     ``s_ent``, ``s_contr``, ``s_cov`` and ``s_align`` read the passages through :func:`oriented`; ``y_NLI`` (and so
     ``s_cons``) is always the claim-level NLI label. ``s_cit`` is the best similarity between the claim and a
@@ -182,8 +184,8 @@ NLI_CANDIDATE_FEATURE = "from_nli"
 
 
 def feature_names(logprobs: bool, nli_candidate: bool) -> list[str]:
-    """The SPEC's feature list, without ``mean_logprob`` when the engine gives none, plus ``from_nli`` when the
-    verifier's own label competes as a candidate."""
+    """The paper's feature list (docs/pipelines/r2vc.md#calibrator), without ``mean_logprob`` when the engine gives
+    none, plus ``from_nli`` when the verifier's own label competes as a candidate."""
     names = [f for f in FEATURES if logprobs or f != "mean_logprob"]
     return names + ([NLI_CANDIDATE_FEATURE] if nli_candidate else [])
 

@@ -1,5 +1,5 @@
-"""Settings of the SciClaimSeekers source-retrieval pipeline (SPEC §3). The LLM reranker's engine is an
-:class:`~veracity.models.engine.EngineConfig`, parsed beside this one."""
+"""Settings of the SciClaimSeekers source-retrieval pipeline (docs/pipelines/sciclaimseekers.md#how-it-works).
+The LLM reranker's engine is an :class:`~veracity.models.engine.EngineConfig`, parsed beside this one."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class SciClaimConfig:
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the posts."})
     retry_errors: bool = field(default=False, metadata={"help": "Re-run the posts whose last record is an error."})
     progress: bool = True
-    # --- first stage: BM25 + dense → RRF (SPEC §3) --------------------------------------------------------
+    # --- first stage: BM25 + dense → RRF (docs/pipelines/sciclaimseekers.md#how-it-works) -----------------
     analyzer: str = field(default="social", metadata={
         "help": "BM25 analyzer: social (drop @mentions/URLs, split #hashtags, drop punctuation and stopwords)."})
     stem: bool = field(default=False, metadata={"help": "Snowball-stem BM25 tokens (the paper does not)."})

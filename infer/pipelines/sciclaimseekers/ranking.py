@@ -1,5 +1,5 @@
-"""Pure re-ordering of the fused candidate list by reranker scores (SPEC §3), on plain data, and the CheckThat
-scores of a set of rankings."""
+"""Pure re-ordering of the fused candidate list by reranker scores, on plain data, and the CheckThat scores of a
+set of rankings (docs/pipelines/sciclaimseekers.md#reranker-and-first-stage)."""
 
 from __future__ import annotations
 

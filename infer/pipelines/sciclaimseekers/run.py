@@ -1,4 +1,5 @@
-"""SciClaimSeekers batch inference: source retrieval for social-media posts (SPEC §3), and its ablation table.
+"""SciClaimSeekers batch inference: source retrieval for social-media posts, and its ablation table
+(docs/pipelines/sciclaimseekers.md).
 
 Usage: veracity infer sciclaim --config configs/pipelines/sciclaimseekers_embedded.yaml --posts posts.tsv
                                --collection collection.jsonl --output_dir runs/sciclaim [--reranker cross_encoder]

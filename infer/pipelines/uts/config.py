@@ -1,5 +1,5 @@
-"""Settings of the UTS drafter (SPEC §4); the judge engine is an :class:`~veracity.models.engine.EngineConfig`
-parsed beside this one."""
+"""Settings of the UTS drafter (docs/pipelines/uts.md#how-it-works); the judge engine is an
+:class:`~veracity.models.engine.EngineConfig` parsed beside this one."""
 
 from __future__ import annotations
 

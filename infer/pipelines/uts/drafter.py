@@ -1,5 +1,5 @@
-"""The deterministic stub drafter of UTS (SPEC §4): a lede, one cite sentence per evidence URL (K = 1), a
-conclusion — no model-written prose.
+"""The deterministic stub drafter of UTS (docs/pipelines/uts.md#stub-drafter): a lede, one cite sentence per
+evidence URL (K = 1), a conclusion — no model-written prose.
 
 A cite sentence is an **anchor** (a sentence of the URL's evidence) in a **frame**:
 

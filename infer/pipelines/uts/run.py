@@ -1,4 +1,4 @@
-"""UTS article drafting for CheckThat 2026 Task 3 (SPEC §4): stub drafter, cite frames, ShadowVal.
+"""UTS article drafting for CheckThat 2026 Task 3 (docs/pipelines/uts.md): stub drafter, cite frames, ShadowVal.
 
 Usage: veracity infer uts --config configs/pipelines/uts_embedded.yaml [--source averitec_task3_dev] [--split dev]
                           [--max_examples 30] [--shadowval true] [--output_dir runs/uts/embedded]

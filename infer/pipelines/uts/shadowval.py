@@ -1,4 +1,4 @@
-"""ShadowVal: judge-validated anchors, and selective emission (SPEC §4).
+"""ShadowVal: judge-validated anchors, and selective emission (docs/pipelines/uts.md#shadowval).
 
 For every evidence URL the drafter has a list of candidate cite sentences (its non-boilerplate sentences in order,
 each in its frame). ShadowVal asks the judge whether candidate 1 is supported by the URL's evidence; on a no it
