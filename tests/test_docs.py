@@ -2,12 +2,13 @@
 ``bash`` block of README.md and docs/ is one the project runs.
 
 Links: ``[text](target)`` and images in README.md and docs/**/*.md — the file must exist and a ``#fragment`` must be
-the GitHub slug of one of its headings. Code (``*.py``, ``*.sh``, ``*.yaml``) cites pages as ``docs/<page>.md#<anchor>``:
-each must resolve the same way. Commands: a ``veracity …`` line (or ``.venv/bin/veracity``, after ``VAR=value``
-assignments, through ``\\`` continuations, ``&&`` chains and ``# comments``; also ``accelerate launch … -m
-veracity.cli …``) is parsed with the parser of the job the CLI dispatches to, without running it; a ``--config``
-recipe must exist and hold only fields of that job. ``bash X.sh`` and ``python X.py`` name files that exist. Each
-test reports every problem it finds at once, as ``file:line``.
+the GitHub slug of one of its headings. Code (``*.py``, ``*.sh``, ``*.yaml``) cites pages as
+``docs/<page>.md#<anchor>``: each must resolve the same way. Commands: a ``veracity …`` line (or
+``.venv/bin/veracity``, after ``VAR=value`` assignments, through ``\\`` continuations, ``&&`` chains and ``#
+comments``; also ``accelerate launch … -m veracity.cli …``) is parsed with the parser of the job the CLI dispatches
+to, without running it; a ``--config`` recipe must exist and hold only fields of that job. ``bash X.sh`` and ``python
+X.py`` name files that exist. The config tables of the pipeline pages name only options of their command. Each test
+reports every problem it finds at once, as ``file:line``.
 """
 
 from __future__ import annotations
@@ -300,3 +301,28 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     page.write_text("# A\n\n```bash\n# not a heading\n```\n\n## A\n")
     assert anchors(page) == {"a", "a-1"}
+
+
+# page → the command whose options its "| field | default | what it sets |" tables list
+FIELD_TABLES = {"docs/pipelines/r2vc.md": ["infer", "r2vc"], "docs/pipelines/aic.md": ["infer", "aic"],
+                "docs/pipelines/sciclaimseekers.md": ["infer", "sciclaim"], "docs/pipelines/uts.md": ["infer", "uts"],
+                "docs/engines.md": ["infer", "generate"]}
+
+
+def test_every_field_a_config_table_names_is_an_option_of_its_command() -> None:
+    problems, named = [], 0
+    for page, command in FIELD_TABLES.items():
+        module = cli.SUBCOMMANDS[cli.COMMANDS[command[0]][0]][command[1]]
+        options = {a.dest for a in job_module(module).make_parser()._actions}
+        in_table = False
+        for number, line in enumerate((REPO / page).read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip() == "| field | default | what it sets |":
+                in_table = True
+            elif not line.startswith("|"):
+                in_table = False
+            elif in_table and (cell := re.match(r"^\| `(\w+)` \|", line)):
+                named += 1
+                if cell.group(1) not in options:
+                    problems.append(f"{page}:{number}: `{cell.group(1)}` is no option of veracity {' '.join(command)}")
+    assert not problems, "config tables naming fields that do not exist:\n" + "\n".join(problems)
+    assert named > 100, f"only {named} fields found in the config tables"
