@@ -4,9 +4,9 @@ Usage: veracity train calibrator --config configs/train/calibrator_r2vc_embedded
 
 Inference is simulated on the ``calib`` split (never ``dev``) with the R2VC pipeline of the same config (no
 calibrator, no abstention; ``simulation/records.jsonl``, resumable), which gives every candidate's feature row
-(SPEC §1). The calib claims are split three ways by a seeded hash of their claim group (``data_prep/splits.py``'s
-connected groups: claims sharing a normalised claim text or a case id, so VitaminC contrastive partners stay
-together), each part used for one thing only:
+(docs/pipelines/r2vc.md#calibrator; the split: docs/training.md#calibrator). The calib claims are split three
+ways by a seeded hash of their claim group (``data_prep/splits.py``'s connected groups: claims sharing a normalised
+claim text or a case id, so VitaminC contrastive partners stay together), each part used for one thing only:
 
 - **fit** — for each regularisation strength the calibrator is fit here (``fit_on: all`` — every parsed candidate
   labelled by whether its label is gold, since inference scores every candidate and keeps the most confident;
@@ -64,7 +64,8 @@ class CalibratorArgs:
                 "Brier / ECE; used for nothing else."})
     split_seed: int = field(default=13, metadata={
         "help": "Seeds the fit / select / certify split of the calib claim groups (not the sampling --seed)."})
-    fit_on: str = field(default="all", metadata={"help": "all (every parsed candidate) or chosen (SPEC's rows)."})
+    fit_on: str = field(default="all", metadata={
+        "help": "all (every parsed candidate) or chosen (the paper's rows: docs/training.md#calibrator)."})
     c_grid: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0, 10.0], metadata={
         "help": "Inverse regularisation strengths tried (scikit-learn's C)."})
 

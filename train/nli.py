@@ -12,7 +12,7 @@ so no source or class dominates (``caps`` overrides the cap per source or per so
 defaults to the embedded ms-marco MiniLM cross-encoder (dequantized from its INT8 ONNX): it already reads sentence
 pairs jointly; ``init`` may also name an earlier verifier to continue from (stage 2). ``evidence_titles`` puts the
 article title in front of each evidence sentence and is recorded in the model's config.json, so scorers read it
-back (measured: no gain for the embedded verifier, see the README). The run resumes from its last
+back (measured: no gain for the embedded verifier, see docs/results.md#nli-verifier). The run resumes from its last
 checkpoint, keeps the checkpoint with the best macro-F1 on the calib split (dev is only reported), and installs
 the result as the embedded verifier (``$VERACITY_CACHE/models/nli-verifier-minilm``, with metrics.json), once
 per machine.

@@ -1,4 +1,4 @@
-"""SFT and DPO training sets for the R2VC generator, from prepared claim examples (SPEC §1).
+"""SFT and DPO training sets for the R2VC generator, from prepared claim examples (docs/training.md#training-sets).
 
 Usage: veracity prep training-sets [--prepared_dir runs/prep] [--output_dir runs/prep/training] [--split train]
 
@@ -8,8 +8,8 @@ Usage: veracity prep training-sets [--prepared_dir runs/prep] [--output_dir runs
 - DPO: chosen = the gold answer; rejected = a wrong-label answer from the example's contrastive partner (same
   VitaminC / FEVER-Symmetric case or SufficientFacts pair, other label) where one exists; else, with
   ``--mine_model`` (the SFT model), a wrong-label answer sampled from that model, kept only when the NLI verifier
-  disagrees with its label (SPEC §1); else a wrong label with a rationale over the same evidence. The manifest
-  counts each source of rejected answers (``dpo_rejected_from``).
+  disagrees with its label (docs/design.md#r2vc-decisions); else a wrong label with a rationale over the same
+  evidence. The manifest counts each source of rejected answers (``dpo_rejected_from``).
 Outputs ``sft.jsonl``, ``dpo.jsonl`` (conversational prompt/completion and prompt/chosen/rejected, the formats
 TRL reads) and ``manifest.json``; deterministic for a given seed.
 """
