@@ -5,8 +5,9 @@ Usage: veracity train dpo --config configs/train/dpo_lora_smollm2_cpu.yaml [--sf
 Starting point (our choice, the paper is silent: docs/design.md#r2vc-decisions): the SFT adapter is merged into the
 base first, and DPO trains a fresh LoRA on the merged model. With ``peft_config`` and no ``ref_model``, TRL's
 reference is the same model with the adapter disabled — exactly the SFT policy, which is the reference DPO's
-objective assumes — and no second copy of the 8B weights is held in memory. (Continuing the SFT adapter as the policy would need a frozen copy of
-it as the reference: twice the adapter state and a PeftModel that TRL refuses alongside ``peft_config``.)
+objective assumes — and no second copy of the 8B weights is held in memory. (Continuing the SFT adapter as the
+policy would need a frozen copy of it as the reference: twice the adapter state and a PeftModel that TRL refuses
+alongside ``peft_config``.)
 """
 
 from __future__ import annotations
