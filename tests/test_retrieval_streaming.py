@@ -22,7 +22,7 @@ from veracity.infer.retrieval.analyzers import Analyzer
 from veracity.infer.retrieval.bm25_topk import column_maxima, top_k
 from veracity.infer.retrieval.index import IndexSettings, build_index, document_text, load_index
 from veracity.infer.retrieval.sparse import BM25Index, BM25Params
-from veracity.infer.retrieval.store import EmbeddingReader, ShardWriter, read_embeddings
+from veracity.infer.retrieval.store import DocTexts, DocTextWriter, EmbeddingReader, ShardWriter, read_embeddings
 
 
 def _postings(model: bm25s.BM25) -> dict[str, tuple[list[int], list[float]]]:
@@ -110,6 +110,22 @@ def test_shard_writer_cuts_fixed_shards_from_any_batches(tmp_path: Path) -> None
     assert np.array_equal(reader.all(), vectors) and np.array_equal(np.concatenate(added), vectors)
     for start, stop in ((0, 12), (4, 11), (5, 10), (9, 10), (11, 12), (3, 3)):
         assert np.array_equal(reader.rows(start, stop), vectors[start:stop]), (start, stop)
+
+
+def test_doc_texts_read_back_exactly_and_pickle(tmp_path: Path) -> None:
+    import pickle
+
+    texts = ["Paris is the capital of France.", "", "é ✓ 漢字", "a lone \ud800 surrogate from JSON"]
+    writer = DocTextWriter(tmp_path)
+    writer.add(texts[:3])
+    writer.add(texts[3:])
+    writer.close()
+    stored = DocTexts(tmp_path, ["a", "b", "c", "d"])
+    assert [stored[k] for k in "abcd"] == texts and list(stored) == ["a", "b", "c", "d"] and len(stored) == 4
+    assert stored.get("zz") is None and "c" in stored
+    assert dict(pickle.loads(pickle.dumps(stored))) == dict(stored)  # reopened, not a pickled memory map
+    with pytest.raises(ValueError, match="4 texts for 3 doc ids"):
+        DocTexts(tmp_path, ["a", "b", "c"])
 
 
 @pytest.fixture(scope="module")

@@ -110,7 +110,7 @@ class DocTextWriter:
 
     def add(self, texts: Sequence[str]) -> None:
         for text in texts:
-            data = text.encode("utf-8")
+            data = text.encode("utf-8", "surrogatepass")  # JSON may carry lone surrogates: kept as they came
             self._file.write(data)
             self._offsets.append(self._offsets[-1] + len(data))
 
@@ -136,7 +136,8 @@ class DocTexts(Mapping[str, str]):
         return DocTexts, (self.folder, self.doc_ids)
 
     def text(self, row: int) -> str:
-        return bytes(self._data[int(self._offsets[row]) : int(self._offsets[row + 1])]).decode("utf-8")
+        data = self._data[int(self._offsets[row]) : int(self._offsets[row + 1])]
+        return bytes(data).decode("utf-8", "surrogatepass")
 
     def __getitem__(self, doc_id: str) -> str:
         if self._rows is None:
