@@ -38,3 +38,19 @@ def test_a_flat_index_searches_the_same_on_the_gpu_and_hnsw_stays_on_the_cpu() -
     hnsw = faiss.IndexHNSWFlat(32, 16, faiss.METRIC_INNER_PRODUCT)
     hnsw.add(docs)
     assert to_gpu_if_available(hnsw) is hnsw
+
+
+@pytest.mark.gpu
+def test_a_flat_dense_index_is_built_searched_on_the_gpu_and_saved_as_a_cpu_index(tmp_path) -> None:
+    from veracity.infer.retrieval.dense import DenseIndex, FaissParams
+
+    if faiss.get_num_gpus() == 0:
+        pytest.skip("faiss sees no GPU: install the gpu extra (faiss-gpu-cu12) on a GPU machine")
+    docs, queries = vectors(500), vectors(5, seed=1)
+    params = FaissParams(kind="flat")
+    dense = DenseIndex.from_vectors(docs, [f"d{i}" for i in range(500)], params)
+    assert "Gpu" in type(dense.index).__name__
+    dense.save(tmp_path / "dense.faiss")
+    loaded = DenseIndex.load(tmp_path / "dense.faiss", params, dense.doc_ids)
+    assert "Gpu" in type(loaded.index).__name__
+    assert loaded.search_vectors(queries, 5) == dense.search_vectors(queries, 5)

@@ -2,7 +2,7 @@
 
 - ``default``: lower-case, word tokens of 2+ characters, English stopwords dropped, optional Snowball stemming.
 - ``social``: the SciClaimSeekers preprocessing for social-media posts: drop @mentions and URLs, turn #hashtags
-  into words (``#LongCovid`` → ``long covid``), drop punctuation and stopwords, lower-case (SPEC §3).
+  into words (``#LongCovid`` → ``long covid``), drop punctuation and stopwords, lower-case (docs/retrieval.md#sparse).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Dense retrieval: a sentence-transformers encoder and a FAISS inner-product index (exact or HNSW).
 
 Vectors are L2-normalized, so inner product = cosine. Queries and documents may carry different prefixes
-(multilingual-e5-large-instruct wants an instruction before queries only; SPEC §3).
+(multilingual-e5-large-instruct wants an instruction before queries only;
+docs/pipelines/sciclaimseekers.md#how-it-works).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import faiss
 import numpy as np
 
 from veracity.infer.retrieval.fusion import Hits
+from veracity.infer.retrieval.gpu import to_cpu, to_gpu_if_available
 from veracity.models.registry import model_fingerprint, resolve_model
 
 logger = logging.getLogger(__name__)
@@ -118,7 +120,7 @@ class DenseIndex:
     def from_vectors(cls, vectors: np.ndarray, doc_ids: Sequence[str], params: FaissParams) -> DenseIndex:
         index = new_faiss_index(vectors.shape[1], params)
         index.add(np.ascontiguousarray(vectors, dtype=np.float32))
-        return cls(index, params, list(doc_ids))
+        return cls(to_gpu_if_available(index), params, list(doc_ids))
 
     def set_ef_search(self, ef_search: int) -> None:
         if self.params.kind == "hnsw":
@@ -135,11 +137,11 @@ class DenseIndex:
         ]
 
     def save(self, path: Path) -> None:
-        faiss.write_index(self.index, str(path))
+        faiss.write_index(to_cpu(self.index), str(path))
 
     @classmethod
     def load(cls, path: Path, params: FaissParams, doc_ids: list[str]) -> DenseIndex:
-        index = faiss.read_index(str(path))
+        index = to_gpu_if_available(faiss.read_index(str(path)))  # searched on a GPU where there is one (not HNSW)
         dense = cls(index, params, doc_ids)
         dense.set_ef_search(params.ef_search)
         return dense

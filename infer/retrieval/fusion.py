@@ -1,4 +1,4 @@
-"""Pure fusion and re-ranking functions on plain data (SPEC §1–3).
+"""Pure fusion and re-ranking functions on plain data (docs/retrieval.md#fusion-and-rerank).
 
 A ranked list is ``list[tuple[doc_id, score]]``, best first. Nothing here knows about models or indexes.
 """
@@ -11,9 +11,10 @@ import numpy as np
 
 Hits = list[tuple[str, float]]
 
-# The one home of the fusion constants every retriever, pipeline and evaluation starts from: α = 0.5 (SPEC §1,
-# equal weight of BM25 and dense) and RRF k = 60 (SPEC §3, the usual constant). `veracity eval retrieval` tunes α
-# per benchmark and writes the tuned settings for `index search --config` (and their α for `infer r2vc --alpha`).
+# The one home of the fusion constants every retriever, pipeline and evaluation starts from: α = 0.5 (equal weight
+# of BM25 and dense: docs/pipelines/r2vc.md#how-it-works) and RRF k = 60 (the usual constant:
+# docs/pipelines/sciclaimseekers.md#how-it-works). `veracity eval retrieval` tunes α per benchmark and writes the
+# tuned settings for `index search --config` (and their α for `infer r2vc --alpha`).
 DEFAULT_ALPHA = 0.5
 DEFAULT_RRF_K = 60
 
@@ -69,7 +70,8 @@ def mmr(
     """Maximal Marginal Relevance (Carbonell & Goldstein 1998) over L2-normalized vectors.
 
     Greedily picks ``argmax λ·sim(q, d) − (1−λ)·max_{s∈S} sim(d, s)``; λ = 0.75 weighs similarity to the query
-    3:1 against redundancy (AIC CTU, SPEC §2). Returns ``(doc_id, mmr_score_when_picked)`` in pick order.
+    3:1 against redundancy (AIC CTU: docs/pipelines/aic.md#retrieval). Returns ``(doc_id, mmr_score_when_picked)``
+    in pick order.
     """
     if not 0.0 <= lambda_ <= 1.0:
         raise ValueError(f"lambda must be in [0, 1], got {lambda_}")

@@ -28,3 +28,9 @@ def to_gpu_if_available(index: Any, device: int = 0) -> Any:
     if device not in _resources:
         _resources[device] = faiss.StandardGpuResources()
     return faiss.index_cpu_to_gpu(_resources[device], device, index)
+
+
+def to_cpu(index: Any) -> Any:
+    """``index`` as a CPU index (what ``faiss.write_index`` takes): a GPU index copied back, any other as it is."""
+    gpu_index = getattr(faiss, "GpuIndex", None)  # only faiss-gpu builds have it
+    return faiss.index_gpu_to_cpu(index) if gpu_index is not None and isinstance(index, gpu_index) else index
