@@ -48,6 +48,7 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
         metrics = json.loads((tmp_path / "demo" / "r2vc" / run / "metrics.json").read_text())
         assert metrics["n"] > 0 and 0.0 <= metrics["coverage"] <= 1.0
         assert (tmp_path / "demo" / "r2vc" / run / "risk_coverage.png").exists()
+        assert f"-> {tmp_path / 'demo' / 'r2vc' / run / 'report.html'} (open in a browser" in out
     assert "| full |" in out and "| nli_only |" in out
     full_records = (tmp_path / "demo" / "r2vc" / "full" / "records.jsonl").read_text().splitlines()
     full = [json.loads(line) for line in full_records]

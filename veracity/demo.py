@@ -192,15 +192,15 @@ def stage_r2vc(config: DemoConfig) -> None:
     for name, recipe in (("full", "r2vc_embedded.yaml"), ("nli_only", "r2vc_nli_only.yaml")):
         runs[name] = r2vc(["--config", str(recipes / "pipelines" / recipe), *common, "--calibrator", calibrators[name],
                            "--max_examples", str(config.r2vc_examples),
-                           "--output_dir", str(out / "r2vc" / name)])["metrics"]
+                           "--output_dir", str(out / "r2vc" / name)])
     keys = ("n", "accuracy", "macro_f1", "brier", "ece", "ece_uncalibrated", "coverage", "selective_accuracy", "aurc")
     print("\nR2VC on the dev slice (FEVER-Symmetric + VitaminC):\n")
     print("| run | " + " | ".join(keys) + " |\n|---|" + "---:|" * len(keys))
-    for name, metrics in runs.items():
-        print(f"| {name} | " + " | ".join(table_cell(metrics[k]) for k in keys) + " |")
-    for name in runs:
-        print(f"-> {out / 'r2vc' / name}: report.md, metrics.json, predictions.jsonl, risk_coverage.png, "
-              "reliability.png")
+    for name, summary in runs.items():
+        print(f"| {name} | " + " | ".join(table_cell(summary["metrics"][k]) for k in keys) + " |")
+    for summary in runs.values():
+        print(f"-> {summary['report_html']} (open in a browser: each claim, its evidence, candidates and decision); "
+              f"report.md, metrics.json, predictions.jsonl and the plots beside it")
     print()
 
 
