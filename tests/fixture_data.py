@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from veracity.infer.pipelines.r2vc.prompt import format_answer
+
 
 def _jsonl(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,3 +158,25 @@ def add_cross_dataset_links(root: Path) -> Path:
              "evidence": "Telemundo is a Spanish-language network.", "votes": ["SUPPORTS"], "entropy": 0.0}]},
     ])
     return root
+
+
+def write_tiny_training_sets(folder: Path, records: int = 12, numbered: bool = False) -> tuple[Path, Path]:
+    """``sft.jsonl`` and ``dpo.jsonl`` in ``folder``: ``records`` R2VC answers over three facts in turn (gold answer
+    as the SFT completion and DPO chosen, a wrong label as rejected); ``numbered`` puts the record's number in its
+    prompt, so each tokenized example names one record."""
+    facts = [("Paris is in France.", "Paris is the capital of France.", "SUPPORTS", "NOT ENOUGH INFO"),
+             ("Oslo is in Peru.", "Oslo is the capital of Norway.", "REFUTES", "SUPPORTS"),
+             ("Bob likes tea.", "Bob was born in 1970.", "NOT ENOUGH INFO", "REFUTES")]
+    sft, dpo = [], []
+    for number in range(records):
+        claim, evidence, label, wrong = facts[number % len(facts)]
+        prompt = [{"role": "user", "content": f"Claim{f' {number}' if numbered else ''}: {claim}\n[1] {evidence}"}]
+        good = format_answer(label, f"[1] says {evidence}", [] if label == "NOT ENOUGH INFO" else [1])
+        bad = format_answer(wrong, f"[1] says {evidence}", [1])
+        sft.append({"prompt": prompt, "completion": [{"role": "assistant", "content": good}]})
+        dpo.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": good}],
+                    "rejected": [{"role": "assistant", "content": bad}]})
+    paths = folder / "sft.jsonl", folder / "dpo.jsonl"
+    for path, rows in zip(paths, (sft, dpo), strict=True):
+        _jsonl(path, rows)
+    return paths

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from veracity.infer.pipelines.r2vc.prompt import format_answer
+from fixture_data import write_tiny_training_sets
 
 REPO = Path(__file__).resolve().parents[1]
 ACCELERATE = REPO / "configs" / "accelerate"
@@ -31,26 +30,6 @@ STEPS = 6
 # process stepping on half the global batch (batch 2) logged a loss 1.2e-2 away at step 2. 1e-5 sits between.
 LOSS_TOLERANCE = 1e-5
 WEIGHT_TOLERANCE = 1e-5
-
-
-def _records(folder: Path) -> tuple[Path, Path]:
-    """SFT and DPO records whose prompts are all different, so each tokenized example names one record."""
-    facts = [("Paris is in France.", "Paris is the capital of France.", "SUPPORTS", "NOT ENOUGH INFO"),
-             ("Oslo is in Peru.", "Oslo is the capital of Norway.", "REFUTES", "SUPPORTS"),
-             ("Bob likes tea.", "Bob was born in 1970.", "NOT ENOUGH INFO", "REFUTES")]
-    sft, dpo = [], []
-    for number in range(RECORDS):
-        claim, evidence, label, wrong = facts[number % len(facts)]
-        prompt = [{"role": "user", "content": f"Claim {number}: {claim}\n[1] {evidence}"}]
-        good = format_answer(label, f"[1] says {evidence}", [] if label == "NOT ENOUGH INFO" else [1])
-        bad = format_answer(wrong, f"[1] says {evidence}", [1])
-        sft.append({"prompt": prompt, "completion": [{"role": "assistant", "content": good}]})
-        dpo.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": good}],
-                    "rejected": [{"role": "assistant", "content": bad}]})
-    paths = folder / "sft.jsonl", folder / "dpo.jsonl"
-    for path, rows in zip(paths, (sft, dpo), strict=True):
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return paths
 
 
 def _args(model: Path, train_file: Path, out: Path, per_device_batch: int) -> list[str]:
@@ -97,7 +76,7 @@ def sft_runs(tiny_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     from veracity.train.sft import main
 
     home = tmp_path_factory.mktemp("multiprocess")
-    sft_file, dpo_file = _records(home)
+    sft_file, dpo_file = write_tiny_training_sets(home, RECORDS, numbered=True)
     with pytest.MonkeyPatch.context() as patch:  # the session's cache isolation, for this module-wide fixture
         patch.setenv("HF_HOME", str(home / "hf_home"))
         adapter = main(_args(tiny_lm_dir, sft_file, home / "sft_one", 4))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixture_data import write_tiny_training_sets
 
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.prepare import PrepConfig, prepare
@@ -103,24 +104,6 @@ def test_format_answer_rejects_unknown_labels() -> None:
 
 # --- training on the tiny model -----------------------------------------------------------------------------
 
-def _tiny_records(tmp_path: Path) -> tuple[Path, Path]:
-    facts = [("Paris is in France.", "Paris is the capital of France.", "SUPPORTS", "NOT ENOUGH INFO"),
-             ("Oslo is in Peru.", "Oslo is the capital of Norway.", "REFUTES", "SUPPORTS"),
-             ("Bob likes tea.", "Bob was born in 1970.", "NOT ENOUGH INFO", "REFUTES")] * 4
-    sft, dpo = [], []
-    for claim, evidence, label, wrong in facts:
-        prompt = [{"role": "user", "content": f"Claim: {claim}\n[1] {evidence}"}]
-        good = format_answer(label, f"[1] says {evidence}", [] if label == "NOT ENOUGH INFO" else [1])
-        bad = format_answer(wrong, f"[1] says {evidence}", [1])
-        sft.append({"prompt": prompt, "completion": [{"role": "assistant", "content": good}]})
-        dpo.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": good}],
-                    "rejected": [{"role": "assistant", "content": bad}]})
-    paths = tmp_path / "sft.jsonl", tmp_path / "dpo.jsonl"
-    for path, rows in zip(paths, (sft, dpo), strict=True):
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return paths
-
-
 def _common_args(model: Path, out: Path, steps: int) -> list[str]:
     return ["--model_name_or_path", str(model), "--output_dir", str(out), "--max_steps", str(steps),
             "--per_device_train_batch_size", "4", "--learning_rate", "0.01", "--use_peft", "true",
@@ -141,7 +124,7 @@ def sft_run(tiny_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     from veracity.train.sft import main
 
     tmp = tmp_path_factory.mktemp("sft")
-    sft_file, dpo_file = _tiny_records(tmp)
+    sft_file, dpo_file = write_tiny_training_sets(tmp)
     adapter = main(["--train_file", str(sft_file), *_common_args(tiny_lm_dir, tmp / "run", 4)])
     return adapter, dpo_file
 
@@ -234,7 +217,7 @@ def test_killed_run_resumes_to_the_adapter_of_an_uninterrupted_run(tiny_lm_dir: 
 
     from veracity.train.sft import main
 
-    sft_file, _ = _tiny_records(tmp_path)
+    sft_file, _ = write_tiny_training_sets(tmp_path)
 
     def argv(run: str) -> list[str]:
         return ["--train_file", str(sft_file), *_common_args(tiny_lm_dir, tmp_path / run, 5), "--lora_dropout", "0.1"]
