@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every R2VC table of docs/results.md, measured in one go on the embedded models (≈ 45 min on 2 CPU cores): the
 # calibrators on the whole calib split (not a pipeline run), then the ablation recipes (configs/ablations/r2vc*.yaml,
-# `veracity infer ablate`: each row a `veracity infer r2vc` run, each recipe one table). Needs `veracity prep`, the
-# embedded verifier and the SFT / DPO generators of docs/training.md#sft-and-dpo (runs/train/{sft,dpo}_smollm2/
-# merged). Generation is cached (runs/cache/r2vc_embedded.sqlite): the ablations replay the full run's candidates
+# `veracity infer ablate`: each row a `veracity infer r2vc` run, each recipe one table). From a fresh clone it first
+# makes what the tables need and is missing: `veracity prep` and the training sets, the embedded verifier
+# (scripts/train_verifier.sh, ≈ 30 min: the pre-built fallback of ../shared/models was trained on the pre-fix splits,
+# which put dev claims in its training data), and the SFT / DPO generators of docs/training.md#sft-and-dpo
+# (runs/train/{sft,dpo}_smollm2/merged, ≈ 20 min); ≈ 1.6 h in all here. Generation is cached (runs/cache/r2vc_embedded.sqlite): the ablations replay the full run's candidates
 # and only re-decide, so a rerun after a verifier change costs the verifier and the calibrator, not the generator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +17,20 @@ n=${N:-60}            # claims per given-evidence source (FEVER-Symmetric, Vitam
 n_cf=${N_CF:-40}      # Climate-FEVER dev claims (retrieved evidence)
 n_ckpt=${N_CKPT:-20}  # claims per source for the generator checkpoints
 
-echo "verifier: $("$veracity" models resolve nli_verifier)"  # the trained one in the cache, else the pre-built
+[ -f runs/prep/manifest.json ] || "$veracity" prep
+[ -f runs/prep/training/sft.jsonl ] || "$veracity" prep training-sets
+"$python" -c 'import sys; from veracity.models.registry import embedded_verifier_dir as d
+sys.exit(not (d() / "config.json").is_file())' || bash scripts/train_verifier.sh  # none trained here yet
+if [ ! -f runs/train/sft_smollm2/merged/config.json ]; then
+  "$veracity" train sft --config configs/train/sft_lora_smollm2_cpu.yaml
+  "$veracity" train merge --adapter runs/train/sft_smollm2/adapter --output_dir runs/train/sft_smollm2/merged
+fi
+if [ ! -f runs/train/dpo_smollm2/merged/config.json ]; then
+  "$veracity" train dpo --config configs/train/dpo_lora_smollm2_cpu.yaml
+  "$veracity" train merge --adapter runs/train/dpo_smollm2/adapter --base runs/train/dpo_smollm2/sft_merged \
+    --output_dir runs/train/dpo_smollm2/merged
+fi
+echo "verifier: $("$veracity" models resolve nli_verifier)"
 "$veracity" train calibrator --config configs/train/calibrator_r2vc_embedded.yaml
 "$veracity" train calibrator --config configs/train/calibrator_r2vc_nli_only.yaml  # the NLI-only rows' own
 
