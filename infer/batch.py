@@ -315,8 +315,15 @@ def pending_items(items: Iterable[Item], statuses: dict[str, str], *, id_field: 
 
 
 def record_line(record: dict[str, Any]) -> str:
-    """A record as the one JSON line of the batch output that holds it (written in one call)."""
-    return json.dumps(record, ensure_ascii=False, default=str) + "\n"
+    """A record as the one JSON line of the batch output that holds it (written in one call): UTF-8 as it is,
+    or ``\\u`` escapes where the record holds what UTF-8 cannot write (a lone surrogate: half an emoji in a
+    corpus document), so one odd text never stops a run."""
+    line = json.dumps(record, ensure_ascii=False, default=str)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(record, ensure_ascii=True, default=str)
+    return line + "\n"
 
 
 def batch_records(process: Callable[[Sequence[Item]], list[Any]], chunk: Sequence[Item], *, id_field: str = "id",

@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 EXECUTORS = ("local", "ray")
 FORWARDED_ENV_PREFIXES = ("VERACITY_", "HF_")
+MAX_RESTARTS = 2  # per actor, and retries of a batch whose actor died
 FORWARDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM")
 
 
@@ -104,7 +105,8 @@ def connect(config: ExecutorConfig) -> Any:
     import ray  # lazy: seconds to import, and only ray runs need it
 
     if not ray.is_initialized():
-        ray.init(address=config.ray_address or "local", include_dashboard=False)
+        # RAY_ADDRESS (set by `ray job submit`) is read by ray.init only for None / "auto": honour it here too
+        ray.init(address=config.ray_address or os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False)
     return ray
 
 
@@ -128,7 +130,10 @@ def run_on_ray(pipeline: Any, items: Sequence[dict[str, Any]], output: Path, run
     records = dataset.map_batches(
         BatchWorker, fn_constructor_args=(type(pipeline), pipeline.configs, str(run_dir.resolve()), os.getcwd()),
         batch_size=pipeline.batch_size, compute=ray_data.ActorPoolStrategy(size=config.workers),
-        num_gpus=config.num_gpus_per_worker or None, runtime_env={"env_vars": forwarded_env()})
+        num_gpus=config.num_gpus_per_worker or None, runtime_env={"env_vars": forwarded_env()},
+        # Ray Data restarts a dead actor and retries its batch without end by default: an item that kills its
+        # worker (out of memory, a native crash) would hang the run; a few restarts, then the run stops
+        max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS)
     logger.info("ray: %d items in batches of %d on %d worker(s), %s GPU each", len(todo), pipeline.batch_size,
                 config.workers, config.num_gpus_per_worker)
     stats: dict[str, Any] = {}

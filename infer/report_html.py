@@ -220,6 +220,8 @@ def render_items(records: Sequence[Mapping[str, Any]], view: Callable[[dict[str,
             out.append((str(record["id"]), error_item(record)))
             continue
         result = record.get("result", record)
+        if not isinstance(result, Mapping):  # not a record any view reads: shown as it is, never a failed run
+            result = {"result": result}
         try:
             item = view(result)
         except Exception as error:  # noqa: BLE001 - one odd record must not cost the run its report
@@ -330,8 +332,10 @@ def read_json(path: Path) -> Any:
 
 
 def run_plots(run_dir: Path) -> dict[str, bytes]:
-    """The PNG files the run wrote: in its folder and in an ``eval`` subfolder (AIC's scorer)."""
-    paths = sorted(run_dir.glob("*.png")) + sorted((run_dir / "eval").glob("*.png"))
+    """The PNG files the run wrote: in its folder and in an ``eval`` subfolder (AIC's scorer); not a screenshot of
+    the report itself (scripts/screenshot_report.sh writes ``report*.png`` beside it)."""
+    paths = [p for p in sorted(run_dir.glob("*.png")) + sorted((run_dir / "eval").glob("*.png"))
+             if not p.name.startswith("report")]
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in paths}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from veracity.infer.batch import in_shard, parse_shard, recover_output, run_batch
+from veracity.infer.batch import in_shard, parse_shard, record_line, recover_output, run_batch
 
 ITEMS = [{"id": f"item-{i:03d}", "x": i} for i in range(300)]
 
@@ -357,3 +357,12 @@ def test_generate_input_ids_are_checked_before_anything_is_written(tmp_path: Pat
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {source}{message}") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_record_holding_a_lone_surrogate_is_written_escaped_and_reads_back_the_same(tmp_path: Path) -> None:
+    record = {"id": "c1", "status": "ok", "result": {"passage": "half an emoji: \ud83d", "claim": "café"}}
+    line = record_line(record)
+    path = tmp_path / "records.jsonl"
+    path.write_text(line, encoding="utf-8")  # what the writer does: UTF-8 text
+    assert json.loads(path.read_text(encoding="utf-8")) == record
+    assert record_line({"id": "c2", "claim": "café"}) == '{"id": "c2", "claim": "café"}\n'  # UTF-8 kept otherwise

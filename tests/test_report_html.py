@@ -305,3 +305,17 @@ def test_a_renderer_that_fails_falls_back_to_json() -> None:
     page = Page(render_report("r2vc", [{"id": "a", "status": "ok", "result": {"id": "a", "claim": "Cats purr."}}],
                               None, view=broken))
     assert page.items == [("a", set())] and '"claim": "Cats purr."' in page.text
+
+
+def test_a_record_whose_result_is_not_a_mapping_is_shown_not_fatal() -> None:
+    page = Page(render_report("r2vc", [{"id": "a", "status": "ok", "result": None},
+                                       {"id": "b", "status": "ok", "result": ["odd", "<b>"]}], None))
+    assert [i for i, _ in page.items] == ["a", "b"] and "<b>" in page.text  # as text
+
+
+def test_a_screenshot_of_the_report_is_not_inlined_as_a_plot(tmp_path: Path) -> None:
+    from veracity.infer.report_html import run_plots
+
+    for name in ("risk_coverage.png", "report.png", "report_r2vc.png"):
+        (tmp_path / name).write_bytes(b"\x89PNG")
+    assert list(run_plots(tmp_path)) == ["risk_coverage.png"]
