@@ -174,3 +174,26 @@ def test_risk_control_scope_on_the_same_sources_and_for_an_older_calibrator(tmp_
     old = risk_control_scope(config, LogisticCalibrator.load(_calibrator(tmp_path / "b.json", None)))
     assert old["same_sources"] is False and "not recorded" in old["note"] and "exchangeable" in old["note"]
     assert risk_control_scope(R2VCConfig(calibrator="c.json"), LogisticCalibrator(["s_ver"], [1.0], 0.0)) is None
+
+
+def test_the_retrieval_index_of_a_prepared_corpus_is_built_in_prepare_before_any_batch(
+        prepared_dir: Path, tiny_verifier: Path, tmp_path: Path) -> None:
+    """With --executor ray every actor would otherwise build the same index folder at once, over each other's files:
+    the driver's prepare builds it, and the batches only load it."""
+    from veracity.config import parse_config
+    from veracity.infer.pipelines.r2vc.pipeline import R2VC
+    from veracity.infer.pipelines.r2vc.run import make_parser
+
+    *configs, _ = parse_config(make_parser(), [
+        "--prepared_dir", str(prepared_dir), "--sources", "fever_paper_dev", "--use_generator", "false",
+        "--nli_model", str(tiny_verifier), "--calibrator", "none", "--index_root", str(tmp_path / "index"),
+        "--max_examples", "2", "--output_dir", str(tmp_path / "run")])
+    pipeline = R2VC(*configs)
+    assert any(item["retrieve_from"] == "fever_wiki_paragraphs" for item in pipeline.items())
+    pipeline.load(tmp_path)
+    try:
+        assert not (tmp_path / "index").exists()
+        pipeline.prepare(tmp_path)
+        assert (tmp_path / "index" / "fever_wiki_paragraphs" / "index_meta.json").is_file()
+    finally:
+        pipeline.close()

@@ -237,17 +237,21 @@ class R2VCPipeline:
 
     # --- evidence ---------------------------------------------------------------------------------------
 
-    def _searcher(self, key: str) -> Any:
-        """A searcher over ``key``: an index folder, or a prepared corpus (indexed once under index_root)."""
-        if key not in self._searchers:
-            folder = Path(key)
+    def index_folder(self, key: str) -> Path:
+        """The index of ``key``: an index folder, or a prepared corpus's, built under index_root the first time."""
+        folder = Path(key)
+        if not (folder / "index_meta.json").exists():
+            corpus = prepared_path(self.config.prepared_dir, key)
+            folder = Path(self.config.index_root) / key
             if not (folder / "index_meta.json").exists():
-                corpus = prepared_path(self.config.prepared_dir, key)
-                folder = Path(self.config.index_root) / key
-                if not (folder / "index_meta.json").exists():
-                    logger.info("building the retrieval index of %s in %s", key, folder)
-                    build_index(corpus, folder, IndexSettings(stem=True))
-            index = load_index(folder)
+                logger.info("building the retrieval index of %s in %s", key, folder)
+                build_index(corpus, folder, IndexSettings(stem=True))
+        return folder
+
+    def _searcher(self, key: str) -> Any:
+        """A searcher over ``key`` (:meth:`index_folder`), loaded once."""
+        if key not in self._searchers:
+            index = load_index(self.index_folder(key))
             settings = SearchSettings(mode="alpha", alpha=self.config.alpha, top_k=self.config.top_k,
                                       candidates=self.config.retrieval_candidates)
             self._searchers[key] = (Searcher(index, settings), index.texts())
@@ -355,6 +359,13 @@ class R2VC(Pipeline):
 
     def model_ids(self) -> dict[str, str]:
         return self.models.model_ids() if self.models else {}
+
+    def prepare(self, run_dir: Path) -> dict[str, Any]:
+        """The retrieval indexes the items need, built here, once, before any batch: with ``--executor ray`` each
+        actor would otherwise build the same folder at the same time, each over the others' files."""
+        for key in dict.fromkeys(item["retrieve_from"] for item in self.items() if item.get("retrieve_from")):
+            self.models.index_folder(key)
+        return {}
 
     def decoding(self) -> dict[str, Any] | None:
         return self.models.decoding() if self.models else None
