@@ -106,8 +106,8 @@ def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
         if missing:
             raise DataError(files[role], None, f"post {missing[0]!r} has no gold id ({len(missing)} posts without): "
                             "fine-tuning needs a gold id for every post", field="cord_uid")
-    config, engine_config = parse_config(sciclaim_run.make_parser(), ["--config", args.pipeline_config, "--output_dir",
-                                                             str(folder), "--index_dir", str(folder / "index")])
+    config, engine_config, _ = parse_config(sciclaim_run.make_parser(), [  # _: the executor's options
+        "--config", args.pipeline_config, "--output_dir", str(folder), "--index_dir", str(folder / "index")])
     pipeline = SciClaimPipeline(config, engine_config, read_collection(collection))
     return {role: SplitData(rows, pipeline.papers, [[doc for doc, _ in stage.fused]
                                                     for stage in pipeline.first_stage(rows)])
