@@ -258,22 +258,31 @@ def run_batch(
 def _run_locked(items: Iterable[Item], process: Callable[[Sequence[Item]], list[Any]], output: Path, *,
                 id_field: str, shard: tuple[int, int], batch_size: int, progress: bool, fsync: bool,
                 retry_errors: bool, error_fields: Sequence[str] = ()) -> BatchSummary:
-    from tqdm.auto import tqdm  # lazy: 0.08 s; the CLI imports this module for its error types
-
     todo, summary = pending_items(items, recover_statuses(output), id_field=id_field, shard=shard,
                                   retry_errors=retry_errors)
+    batches = (batch_records(process, todo[first : first + batch_size], id_field=id_field, error_fields=error_fields)
+               for first in range(0, len(todo), batch_size))
+    return append_batches(output, batches, summary, total=len(todo), progress=progress, fsync=fsync)
+
+
+def append_batches(output: Path, batches: Iterable[list[dict[str, Any]]], summary: BatchSummary, *, total: int,
+                   progress: bool, fsync: bool = False, desc: str | None = None) -> BatchSummary:
+    """Append each batch of records to ``output`` as it comes (one write per record, flushed after each batch —
+    ``fsync`` too, if asked — so a killed run loses no batch it was handed), counting them in ``summary`` and on a
+    progress bar of ``total`` items; ``summary.seconds`` is the time spent. Every executor writes through this."""
+    from tqdm.auto import tqdm  # lazy: 0.08 s; the CLI imports this module for its error types
+
     start = time.perf_counter()
-    bar = tqdm(total=len(todo), unit="item", desc=output.name, disable=not progress)
+    bar = tqdm(total=total, unit="item", desc=desc or output.name, disable=not progress)
     with open(output, "a", encoding="utf-8") as handle:
-        for first in range(0, len(todo), batch_size):
-            chunk = todo[first : first + batch_size]
-            for record in batch_records(process, chunk, id_field=id_field, error_fields=error_fields):
+        for records in batches:
+            for record in records:
                 summary.count(record)
                 handle.write(record_line(record))  # one write per record
             handle.flush()
             if fsync:
                 os.fsync(handle.fileno())
-            bar.update(len(chunk))
+            bar.update(len(records))
             bar.set_postfix(errors=summary.errors)
     bar.close()
     summary.seconds = time.perf_counter() - start

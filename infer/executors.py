@@ -25,13 +25,19 @@ import logging
 import os
 import pickle
 import socket
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.infer.batch import BatchSummary, batch_records, pending_items, record_line, recover_statuses
+from veracity.infer.batch import (
+    BatchSummary,
+    append_batches,
+    batch_records,
+    pending_items,
+    record_line,
+    recover_statuses,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +123,6 @@ def run_on_ray(pipeline: Any, items: Sequence[dict[str, Any]], output: Path, run
     arrive (the caller holds the output's lock). Returns the summary and the actors' ``stats()`` (one actor: its
     stats, as a local run reports them; several: ``{"stats_per_worker": {actor: stats}}``); the actors' seconds
     per stage are added to ``pipeline.seconds``."""
-    from tqdm.auto import tqdm
-
     todo, summary = pending_items(items, recover_statuses(output), shard=shard, retry_errors=retry_errors)
     if not todo:
         return summary, {}
@@ -137,23 +141,17 @@ def run_on_ray(pipeline: Any, items: Sequence[dict[str, Any]], output: Path, run
     logger.info("ray: %d items in batches of %d on %d worker(s), %s GPU each", len(todo), pipeline.batch_size,
                 config.workers, config.num_gpus_per_worker)
     stats: dict[str, Any] = {}
-    start = time.perf_counter()
-    bar = tqdm(total=len(todo), unit="item", desc=f"{output.name} (ray)", disable=not progress)
-    with open(output, "a", encoding="utf-8") as handle:
+
+    def record_batches() -> Any:  # the actors' records, batch by batch as they finish; their facts kept aside
         for batch in records.iter_batches(batch_size=None, batch_format="pyarrow"):
-            lines = batch.column("record").to_pylist()
-            for line in lines:
-                summary.count(json.loads(line))
-                handle.write(line)
-            handle.flush()  # a killed driver loses no batch it was handed
             for text in batch.column("facts").to_pylist():
                 if text:
                     facts = json.loads(text)
                     stats[facts["worker"]] = facts["stats"]
                     for stage, seconds in facts["seconds"].items():
                         pipeline.seconds[stage] += seconds
-            bar.update(len(lines))
-            bar.set_postfix(errors=summary.errors)
-    bar.close()
-    summary.seconds = time.perf_counter() - start
+            yield [json.loads(line) for line in batch.column("record").to_pylist()]
+
+    append_batches(output, record_batches(), summary, total=len(todo), progress=progress,
+                   desc=f"{output.name} (ray)")
     return summary, (next(iter(stats.values())) if len(stats) == 1 else {"stats_per_worker": stats})
