@@ -33,7 +33,7 @@ from veracity.data_prep.schema import NOT_ENOUGH_INFO
 from veracity.infer.eval.r2vc import main as evaluate
 from veracity.infer.parsing import name_cut_off
 from veracity.infer.pipelines.contract import Pipeline
-from veracity.infer.pipelines.r2vc.config import R2VCConfig
+from veracity.infer.pipelines.r2vc.config import RETRIEVAL_CORPORA, R2VCConfig
 from veracity.infer.pipelines.r2vc.items import (
     load_calibrator,
     prepared_items,
@@ -361,10 +361,14 @@ class R2VC(Pipeline):
         return self.models.model_ids() if self.models else {}
 
     def prepare(self, run_dir: Path) -> dict[str, Any]:
-        """The retrieval indexes the items need, built here, once, before any batch: with ``--executor ray`` each
-        actor would otherwise build the same folder at the same time, each over the others' files."""
-        for key in dict.fromkeys(item["retrieve_from"] for item in self.items() if item.get("retrieve_from")):
-            self.models.index_folder(key)
+        """The indexes of the prepared corpora the configured sources retrieve from, built here, once, before any
+        batch: with ``--executor ray`` each actor would otherwise build the same folder at the same time, each over
+        the others' files. (From the config, not the items: the Python API brings its own rows.)"""
+        config = self.config
+        if not config.claims and not config.index_dir:
+            for source in config.sources:
+                if source in RETRIEVAL_CORPORA:
+                    self.models.index_folder(RETRIEVAL_CORPORA[source])
         return {}
 
     def decoding(self) -> dict[str, Any] | None:
