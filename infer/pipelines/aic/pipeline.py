@@ -272,10 +272,13 @@ class AIC(Pipeline):
         # a claim without gold QA pairs has no evidence score (the scorer refuses it): it runs, but is not in gold
         write_json(run_dir / "gold.json", [gold_record(c) for c in targets if any(p.answers for p in c.questions)])
         report["claims_without_gold_evidence"] = sum(not any(p.answers for p in c.questions) for c in targets)
-        self.models = AICPipeline(config, self.engine_config, KnowledgeStore(report["knowledge_store"]), train,
-                                  engine=self.engine)
-        self.seconds = self.models.seconds
+        self._build(report["knowledge_store"], train)
         return {"store": report}
+
+    def _build(self, store: str | Path, train: list[Any]) -> None:
+        """The claim pipeline over ``store`` with ``train`` as the few-shot pool (the driver's and each worker's)."""
+        self.models = AICPipeline(self.config, self.engine_config, KnowledgeStore(store), train, engine=self.engine)
+        self.seconds = self.models.seconds
 
     def _proxy_store(self, run_dir: Path) -> Path:
         return run_dir / ("store" if self.config.proxy_own_documents else "store_distractors_only")
@@ -283,11 +286,8 @@ class AIC(Pipeline):
     def load_worker(self, run_dir: Path) -> None:
         """The engine and the claim pipeline over the knowledge store the driver's ``prepare`` wrote."""
         self.load(run_dir)
-        config = self.config
-        store = config.knowledge_store or str(self._proxy_store(run_dir))
-        train = self._claims()[2] if config.few_shot > 0 else []
-        self.models = AICPipeline(config, self.engine_config, KnowledgeStore(store), train, engine=self.engine)
-        self.seconds = self.models.seconds
+        self._build(self.config.knowledge_store or self._proxy_store(run_dir),
+                    self._claims()[2] if self.config.few_shot > 0 else [])
 
     def __call__(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         assert self.models is not None, "prepare() first"
