@@ -26,7 +26,15 @@ import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
 from veracity.models.fingerprint import model_fingerprint
-from veracity.models.onnx_runtime import BACKENDS, OnnxClassifier, export, has_onnx, is_current, onnx_dir
+from veracity.models.onnx_runtime import (
+    BACKENDS,
+    OnnxSession,
+    classifier_head,
+    current_graphs,
+    export,
+    has_onnx,
+    pair_sample,
+)
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.registry import resolve_model
 
@@ -219,18 +227,16 @@ class NLIVerifier:
             pieces += [self.tokenizer.decode(ids[i : i + step]) for i in range(0, len(ids), step)]
         return pieces
 
-    def _onnx_session(self) -> OnnxClassifier:
+    def _onnx_session(self) -> OnnxSession:
         """The session of this model's ONNX graph for :attr:`backend`, exported first when missing or stale."""
         fingerprint = model_fingerprint(self.folder)
-        target = onnx_dir(self.folder, fingerprint)
-        if not is_current(target, fingerprint):
-            logger.info("exporting the verifier %s to ONNX (once)", self.folder)
-            export(self.model, self.tokenizer, target, fingerprint)
-        return OnnxClassifier(target / ONNX_FILES[self.backend])
+        target = current_graphs(self.folder, fingerprint, lambda target: export(
+            self.model, pair_sample(self.tokenizer), target, fingerprint, classifier_head))
+        return OnnxSession(target / ONNX_FILES[self.backend])
 
     def _logits(self, batch: Any) -> np.ndarray:
         if self.onnx is not None:
-            return self.onnx.logits({k: v.numpy() for k, v in batch.items()})
+            return self.onnx.run({k: v.numpy() for k, v in batch.items()})
         with self.torch.inference_mode():
             return self.model(**batch.to(self.device)).logits.float().cpu().numpy()
 

@@ -1,16 +1,17 @@
 """CPU inference of a transformers encoder through ONNX Runtime: exported once, cached with the model's fingerprint.
 
-``NLIVerifier`` (and any sequence-classification cross-encoder of the same shape) can run as an ONNX graph instead
-of torch: on these CPUs that removes torch's per-op overhead, and dynamic INT8 quantization of the linear layers
-(``onnxruntime.quantization.quantize_dynamic``) roughly halves the work again. The export is made on first use
-and kept in ``<cache>/onnx/<fingerprint>/`` with a ``fingerprint.txt``: a model retrained in place
-gets a new fingerprint, so its old graph is never found, and a graph whose recorded fingerprint does not match
-(a stale or hand-copied file) is rebuilt, never used.
+``NLIVerifier`` (any sequence-classification cross-encoder) and ``DenseEncoder`` (a sentence-transformers encoder)
+can run as an ONNX graph instead of torch: on these CPUs that removes torch's per-op overhead, and dynamic INT8
+quantization of the linear layers (``onnxruntime.quantization.quantize_dynamic``) roughly halves the work again.
+The export is made on first use and kept in ``<cache>/onnx/<fingerprint>/`` with a ``fingerprint.txt``: a model
+retrained in place gets a new fingerprint, so its old graph is never found, and a graph whose recorded
+fingerprint does not match (a stale or hand-copied file) is rebuilt, never used.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,29 +33,36 @@ def onnx_dir(folder: Path, fingerprint: str) -> Path:
     return cache_dir() / "onnx" / fingerprint
 
 
-def export(model: Any, tokenizer: Any, target: Path, fingerprint: str) -> Path:
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def export(model: Any, sample: dict[str, Any], target: Path, fingerprint: str,
+           head: Callable[[Any, dict[str, Any]], Any]) -> Path:
     """Write ``model.onnx`` (fp32, dynamic batch and sequence axes) and ``model.int8.onnx`` (dynamic INT8
-    quantization of its MatMuls) into ``target``, with ``fingerprint.txt``; atomically (all or nothing)."""
+    quantization of its MatMuls) into ``target``, with ``fingerprint.txt``; atomically (all or nothing).
+
+    ``sample`` is one tokenizer output (PyTorch tensors); ``head(model, features)`` is the tensor the graph returns:
+    a cross-encoder's logits (:func:`classifier_head`) or an encoder's sentence embeddings (:func:`encoder_head`).
+    """
     import torch  # lazy, as onnxruntime: seconds, and only an export needs them
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    sample = tokenizer(["a premise"], ["a claim"], return_tensors="pt")
-    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
+    names = [n for n in INPUT_NAMES if n in sample]
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
 
-    class Logits(torch.nn.Module):  # the graph returns the logits alone
+    class Graph(torch.nn.Module):  # positional inputs in, the head's one tensor out
         def __init__(self, inner: Any) -> None:
             super().__init__()
             self.inner = inner
 
         def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            return self.inner(**dict(zip(names, inputs, strict=True))).logits
+            return head(self.inner, dict(zip(names, inputs, strict=True)))
 
     with atomic_directory(target, f"ONNX export of {fingerprint}") as tmp:
         fp32 = Path(tmp) / FILES["onnx"]
         with torch.inference_mode():
-            torch.onnx.export(Logits(model.eval()), tuple(sample[n] for n in names), str(fp32), input_names=names,
-                              output_names=["logits"], dynamic_axes={**axes, "logits": {0: "batch"}},
+            torch.onnx.export(Graph(model.eval()), tuple(sample[n] for n in names), str(fp32), input_names=names,
+                              output_names=["output"], dynamic_axes={**axes, "output": {0: "batch"}},
                               opset_version=17, dynamo=False)
         # per-channel weights, and 7-bit ranges: without VNNI (AVX2-only CPUs such as these) the u8×s8 products
         # saturate at 8 bits (ONNX Runtime's quantization guide)
@@ -62,6 +70,26 @@ def export(model: Any, tokenizer: Any, target: Path, fingerprint: str) -> Path:
                          per_channel=True, reduce_range=True)
         (Path(tmp) / "fingerprint.txt").write_text(fingerprint + "\n")
     logger.info("exported %s to ONNX (fp32 + INT8) in %s", fingerprint, target)
+    return target
+
+
+def classifier_head(model: Any, features: dict[str, Any]) -> Any:
+    """A sequence-classification model's logits."""
+    return model(**features).logits
+
+
+def encoder_head(model: Any, features: dict[str, Any]) -> Any:
+    """A sentence-transformers model's sentence embeddings (its pooling and any normalization inside the graph)."""
+    return model(features)["sentence_embedding"]
+
+
+def current_graphs(folder: Path, fingerprint: str, build: Callable[[Path], Any]) -> Path:
+    """The folder of the graphs of the model with ``fingerprint``, made by ``build(target)`` first when they are
+    missing or stale (another fingerprint recorded): an old graph is rebuilt, never used."""
+    target = onnx_dir(folder, fingerprint)
+    if not is_current(target, fingerprint):
+        logger.info("exporting %s to ONNX (once)", folder)
+        build(target)
     return target
 
 
@@ -82,16 +110,35 @@ def export_model(folder: Path) -> Path:
     """Export the sequence-classification model in ``folder`` (both graphs) unless current ones exist."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer  # lazy: seconds, for an export
 
-    fingerprint = model_fingerprint(folder)
-    target = onnx_dir(folder, fingerprint)
-    if not is_current(target, fingerprint):
-        model = AutoModelForSequenceClassification.from_pretrained(folder)
-        export(model, AutoTokenizer.from_pretrained(folder), target, fingerprint)
-    return target
+    def build(target: Path) -> None:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        export(AutoModelForSequenceClassification.from_pretrained(folder), pair_sample(tokenizer), target,
+               model_fingerprint(folder), classifier_head)
+
+    return current_graphs(folder, model_fingerprint(folder), build)
 
 
-class OnnxClassifier:
-    """An ONNX Runtime session over an exported cross-encoder: ``logits(batch)`` from tokenizer outputs."""
+def pair_sample(tokenizer: Any) -> dict[str, Any]:
+    """A cross-encoder's sample input for the export: one (premise, claim) pair."""
+    return dict(tokenizer(["a premise"], ["a claim"], return_tensors="pt"))
+
+
+def export_encoder(folder: Path, model: Any = None) -> Path:
+    """Export the sentence-transformers encoder in ``folder`` (both graphs, returning its normalized or pooled
+    sentence embedding) unless current ones exist; ``model`` is the encoder already loaded from ``folder``."""
+
+    def build(target: Path) -> None:
+        from sentence_transformers import SentenceTransformer  # lazy: seconds, for an export
+
+        encoder = model if model is not None else SentenceTransformer(str(folder), device="cpu")
+        export(encoder, dict(encoder.tokenize(["a sentence"])), target, model_fingerprint(folder), encoder_head)
+
+    return current_graphs(folder, model_fingerprint(folder), build)
+
+
+class OnnxSession:
+    """An ONNX Runtime session over an exported graph: ``run(batch)`` from tokenizer outputs (logits or
+    embeddings, whichever head it was exported with)."""
 
     def __init__(self, path: Path, threads: int | None = None):
         import onnxruntime as ort  # lazy: 0.2 s, only an ONNX backend needs it
@@ -102,6 +149,6 @@ class OnnxClassifier:
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
 
-    def logits(self, batch: dict[str, Any]) -> np.ndarray:
+    def run(self, batch: dict[str, Any]) -> np.ndarray:
         feed = {name: np.asarray(batch[name], dtype=np.int64) for name in self.inputs}
         return self.session.run(None, feed)[0]

@@ -30,7 +30,7 @@ from veracity.io import atomic_directory
 from veracity.models.fingerprint import model_fingerprint  # noqa: F401 - callers import it from the registry
 from veracity.models.gguf import convert_gguf
 from veracity.models.onnx_bert import convert_onnx_cross_encoder, convert_onnx_sentence_encoder
-from veracity.models.onnx_runtime import export_model
+from veracity.models.onnx_runtime import export_encoder, export_model
 from veracity.models.paths import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -303,9 +303,9 @@ def make_parser() -> argparse.ArgumentParser:
     install = commands.add_parser("install", help="copy a model folder to the role's cache location (checked first)")
     install.add_argument("role", choices=sorted(r for r, spec in ROLES.items() if spec.folder))
     install.add_argument("path", type=Path, help="the model folder to install")
-    onnx = commands.add_parser("export-onnx", help="export a cross-encoder (fp32 + INT8 ONNX graphs) for CPU "
-                               "inference through ONNX Runtime; cached by the weights' fingerprint")
-    onnx.add_argument("role", choices=("nli_verifier", "reranker"))
+    onnx = commands.add_parser("export-onnx", help="export a cross-encoder or a sentence encoder (fp32 + INT8 ONNX "
+                               "graphs) for CPU inference through ONNX Runtime; cached by the weights' fingerprint")
+    onnx.add_argument("role", choices=("nli_verifier", "reranker", "embedder"))
     onnx.add_argument("--name", default=None, help="a local path, 'embedded' or 'real' (default: embedded)")
     return parser
 
@@ -337,7 +337,8 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
         elif args.command == "install":
             folder = install_model(args.role, args.path)
         elif args.command == "export-onnx":
-            folder = export_model(resolve_model(args.role, args.name))
+            export = export_encoder if args.role == "embedder" else export_model
+            folder = export(resolve_model(args.role, args.name))
         else:
             _list_roles()
             return None

@@ -2,7 +2,9 @@
 
 Vectors are L2-normalized, so inner product = cosine. Queries and documents may carry different prefixes
 (multilingual-e5-large-instruct wants an instruction before queries only;
-docs/pipelines/sciclaimseekers.md#how-it-works).
+docs/pipelines/sciclaimseekers.md#how-it-works). On a CPU the encoder can run as an ONNX graph (``backend``:
+``onnx`` fp32, ``onnx_int8`` dynamically quantized; models/onnx_runtime.py), exported on first use and cached by
+the weights' fingerprint; bench/encoder.py measures the three backends side by side.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import numpy as np
 
 from veracity.infer.retrieval.fusion import Hits
 from veracity.infer.retrieval.gpu import to_cpu, to_gpu_if_available
+from veracity.models.onnx_runtime import BACKENDS, OnnxSession, export_encoder
+from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.registry import model_fingerprint, resolve_model
 
 logger = logging.getLogger(__name__)
@@ -29,13 +33,19 @@ E5_INSTRUCT_QUERY_PREFIX = (
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """Which encoder and how it is fed. ``model`` is a role name, local path or hub id (models.registry)."""
+    """Which encoder and how it is fed. ``model`` is a role name, local path or hub id (models.registry);
+    ``backend`` is torch, onnx or onnx_int8 (the ONNX ones on the CPU only)."""
 
     model: str = "embedded"
     query_prefix: str = ""
     doc_prefix: str = ""
     max_length: int = 256
     batch_size: int = 64
+    backend: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown encoder backend {self.backend!r}; choose {', '.join(BACKENDS)}")
 
 
 class DenseEncoder:
@@ -50,17 +60,34 @@ class DenseEncoder:
         self.model = SentenceTransformer(str(self.folder), device="cpu")
         self.model.max_seq_length = spec.max_length
         self.show_progress = show_progress
+        self.onnx = None
+        if spec.backend != "torch":
+            self.onnx = OnnxSession(export_encoder(self.folder, self.model) / ONNX_FILES[spec.backend])
 
     @property
     def dim(self) -> int:
         return int(self.model.get_embedding_dimension())
 
     def _encode(self, texts: Sequence[str], prefix: str) -> np.ndarray:
+        if self.onnx is not None:
+            return self._encode_onnx([prefix + t for t in texts])
         vectors = self.model.encode(
             [prefix + t for t in texts], batch_size=self.spec.batch_size, normalize_embeddings=True,
             convert_to_numpy=True, show_progress_bar=self.show_progress,
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def _encode_onnx(self, texts: list[str]) -> np.ndarray:
+        """The ONNX graph's embeddings, batched by length (less padding) like sentence-transformers' ``encode``,
+        L2-normalized, in input order."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda k: -len(texts[k]))
+        for start in range(0, len(order), self.spec.batch_size):
+            idx = order[start : start + self.spec.batch_size]
+            features = self.model.tokenize([texts[k] for k in idx])
+            out[idx] = self.onnx.run(features)  # the graph's inputs only (np.asarray of CPU tensors)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.ascontiguousarray(out / np.maximum(norms, 1e-12), dtype=np.float32)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self._encode(texts, self.spec.query_prefix)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from veracity.data_prep.errors import DataError
@@ -77,6 +77,8 @@ class IndexSettings:
     doc_prefix: str = EncoderSpec.doc_prefix
     max_length: int = EncoderSpec.max_length
     encode_batch_size: int = EncoderSpec.batch_size
+    encoder_backend: str = field(default=EncoderSpec.backend, metadata={
+        "help": "Encoder runtime on the CPU: torch, onnx (fp32 graph) or onnx_int8 (bench/encoder.py)."})
     faiss_kind: str = field(default=FaissParams.kind, metadata={"help": "flat (exact) or hnsw."})
     hnsw_m: int = FaissParams.m
     ef_construction: int = FaissParams.ef_construction
@@ -102,7 +104,8 @@ class IndexSettings:
         return BM25Params(self.k1, self.b)
 
     def encoder_spec(self) -> EncoderSpec:
-        return EncoderSpec(self.embedder, self.query_prefix, self.doc_prefix, self.max_length, self.encode_batch_size)
+        return EncoderSpec(self.embedder, self.query_prefix, self.doc_prefix, self.max_length, self.encode_batch_size,
+                           self.encoder_backend)
 
     def faiss_params(self) -> FaissParams:
         return FaissParams(self.faiss_kind, self.hnsw_m, self.ef_construction, self.ef_search)
@@ -279,9 +282,9 @@ def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: s
     if meta["dense"]:
         built = meta["dense"]["encoder"]
         fields = ("model", "query_prefix", "doc_prefix", "max_length", "batch_size")
-        spec = EncoderSpec(**{k: built[k] for k in fields})
+        spec = EncoderSpec(**{k: built[k] for k in fields}, backend=built.get("backend", "torch"))
         if embedder is not None and embedder != spec.model:
-            spec = EncoderSpec(embedder, spec.query_prefix, spec.doc_prefix, spec.max_length, spec.batch_size)
+            spec = replace(spec, model=embedder)
         encoder = encoder or DenseEncoder(spec)
         if encoder.fingerprint != built["fingerprint"]:
             raise IndexMismatchError(

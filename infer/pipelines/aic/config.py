@@ -34,6 +34,8 @@ class AICConfig:
     embedder: str = field(default="embedded", metadata={"help": "embedder role: 'embedded', 'real' (mxbai), path."})
     embed_max_length: int = field(default=512, metadata={"help": "Encoder input tokens (mxbai: 512)."})
     embed_batch_size: int = 32
+    embed_backend: str = field(default="torch", metadata={
+        "help": "Encoder runtime on the CPU: torch, onnx (fp32 graph) or onnx_int8 (bench/encoder.py)."})
     index_cache: str | None = field(default=None, metadata={
         "help": "Where per-claim FAISS indexes are cached (default: <output_dir>/index_cache)."})
     k: int = field(default=40, metadata={"help": "Nearest chunks retrieved per claim."})

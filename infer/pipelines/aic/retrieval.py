@@ -68,12 +68,12 @@ class ClaimIndexCache:
 
     def _meta(self, store_fingerprint: str) -> dict[str, Any]:
         """What the cached vectors depend on: the claim's documents, the chunking, and everything that changes a
-        chunk's vector — the encoder's weights (fingerprint), the prefix put before each chunk and the input length
-        it is cut at (as ``infer/retrieval/index.py`` checks a built index). A run at another ``embed_max_length``
-        must not read chunk vectors encoded at this one."""
+        chunk's vector — the encoder's weights (fingerprint), the prefix put before each chunk, the input length
+        it is cut at (as ``infer/retrieval/index.py`` checks a built index) and the runtime (INT8 moves vectors). A
+        run at another ``embed_max_length`` must not read chunk vectors encoded at this one."""
         spec = self.encoder.spec
         return {"store": store_fingerprint, "encoder": self.encoder.fingerprint, "max_chars": self.max_chars,
-                "doc_prefix": spec.doc_prefix, "max_length": spec.max_length,
+                "doc_prefix": spec.doc_prefix, "max_length": spec.max_length, "backend": spec.backend,
                 "index": "faiss.IndexFlatIP over L2-normalized chunk-text embeddings"}
 
     def load(self, claim_id: str, store_fingerprint: str) -> tuple[list[Chunk], Any] | None:

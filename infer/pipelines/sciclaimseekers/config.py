@@ -47,6 +47,8 @@ class SciClaimConfig:
         "help": "Instruction before each post (the paper's multilingual-e5-large-instruct prefix)."})
     max_length: int = field(default=512, metadata={"help": "Encoder tokens per text."})
     encode_batch_size: int = 64
+    encoder_backend: str = field(default="torch", metadata={
+        "help": "Encoder runtime on the CPU: torch, onnx (fp32 graph) or onnx_int8 (bench/encoder.py)."})
     candidates: int = field(default=100, metadata={"help": "Hits per retriever before fusion."})
     rrf_k: int = field(default=DEFAULT_RRF_K, metadata={"help": "RRF constant k."})
     fusion_depth: int = field(default=50, metadata={"help": "Fused candidates kept for the reranker."})

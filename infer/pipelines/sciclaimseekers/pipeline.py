@@ -97,7 +97,7 @@ class SciClaimPipeline:
         settings = IndexSettings(include_title=True, analyzer=config.analyzer, stem=config.stem,
                                  embedder=config.embedder, query_prefix=config.query_prefix,
                                  max_length=config.max_length, encode_batch_size=config.encode_batch_size,
-                                 faiss_kind="flat", progress=config.progress)
+                                 encoder_backend=config.encoder_backend, faiss_kind="flat", progress=config.progress)
         encoder = DenseEncoder(settings.encoder_spec())
         try:
             self.index = load_index(folder, corpus=corpus, encoder=encoder)
