@@ -131,7 +131,7 @@ def export_encoder(folder: Path, model: Any = None) -> Path:
         from sentence_transformers import SentenceTransformer  # lazy: seconds, for an export
 
         encoder = model if model is not None else SentenceTransformer(str(folder), device="cpu")
-        export(encoder, dict(encoder.tokenize(["a sentence"])), target, model_fingerprint(folder), encoder_head)
+        export(encoder, dict(encoder.preprocess(["a sentence"])), target, model_fingerprint(folder), encoder_head)
 
     return current_graphs(folder, model_fingerprint(folder), build)
 

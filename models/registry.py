@@ -293,7 +293,7 @@ def make_parser() -> argparse.ArgumentParser:
     """The ``veracity models`` command line: ``list``, ``resolve``, ``install`` and ``export-onnx`` sub-commands."""
     parser = argparse.ArgumentParser(prog="veracity models", description="List, resolve and install the models "
                                      "of each role. Without a sub-command: list.")
-    commands = parser.add_subparsers(dest="command", metavar="{list,resolve,install,export-onnx}")
+    commands = parser.add_subparsers(dest="command", metavar="{list,resolve,install,export-onnx,card}")
     commands.add_parser("list", help="every role with its real-scale and embedded defaults")
     resolve = commands.add_parser("resolve", help="print the local folder a role resolves to")
     resolve.add_argument("role", choices=sorted(ROLES))
@@ -307,6 +307,10 @@ def make_parser() -> argparse.ArgumentParser:
                                "graphs) for CPU inference through ONNX Runtime; cached by the weights' fingerprint")
     onnx.add_argument("role", choices=("nli_verifier", "reranker", "embedder"))
     onnx.add_argument("--name", default=None, help="a local path, 'embedded' or 'real' (default: embedded)")
+    card = commands.add_parser("card", help="put measured sections (Markdown files) into a model folder's card")
+    card.add_argument("folder", type=Path, help="the model folder (its README.md is the card)")
+    card.add_argument("--section", nargs=2, action="append", required=True, metavar=("TITLE", "FILE"),
+                      help="a section title and the Markdown file that becomes its body (repeatable)")
     return parser
 
 
@@ -336,13 +340,18 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
             folder = resolve_model(args.role, args.name, args.scale)
         elif args.command == "install":
             folder = install_model(args.role, args.path)
+        elif args.command == "card":
+            from veracity.train.model_card import set_section  # lazy: the card writer is training's module
+
+            for title, file in args.section:
+                folder = set_section(args.folder, title, Path(file).read_text())
         elif args.command == "export-onnx":
             export = export_encoder if args.role == "embedder" else export_model
             folder = export(resolve_model(args.role, args.name))
         else:
             _list_roles()
             return None
-    except (ModelNotFoundError, KeyError, ValueError) as error:
+    except (ModelNotFoundError, KeyError, ValueError, FileNotFoundError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
         raise InputError(" ".join(str(message).split())) from None
     print(folder)

@@ -260,3 +260,28 @@ def test_smollm2_gguf_converts_once_and_generates(monkeypatch: pytest.MonkeyPatc
                                            add_generation_prompt=True, return_tensors="pt", return_dict=True)
     output = model.generate(**inputs, max_new_tokens=10, do_sample=False)
     assert "Paris" in tokenizer.decode(output[0][inputs["input_ids"].shape[1]:])
+
+
+def test_models_card_puts_measured_sections_into_the_card(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``veracity models card``: a new section lands before Licence, a second run replaces it (never twice), the
+    fingerprint does not move; a missing section file is one line naming it, exit status 2, the card untouched."""
+    from veracity.models.fingerprint import model_fingerprint
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "README.md").write_text("# card\n\n## Metrics\n\nm\n\n## Licence\n\n- apache-2.0\n")
+    before = model_fingerprint(folder)
+    spread = tmp_path / "spread.md"
+    for table in ("| seed | acc |\n|---|---:|\n| 13 | 0.6 |", "| seed | acc |\n|---|---:|\n| 14 | 0.7 |"):
+        spread.write_text(table + "\n")
+        cli.main(["models", "card", str(folder), "--section", "Seed spread", str(spread)])
+    card = (folder / "README.md").read_text()
+    assert capsys.readouterr().out.split() == [str(folder / "README.md")] * 2  # each run prints the card
+    assert card.count("## Seed spread") == 1 and "| 14 | 0.7 |" in card and "| 13 | 0.6 |" not in card
+    assert card.index("## Metrics") < card.index("## Seed spread") < card.index("## Licence")
+    assert model_fingerprint(folder) == before
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["models", "card", str(folder), "--section", "Backends", str(tmp_path / "none.md")])
+    assert exit_.value.code == 2 and str(tmp_path / "none.md") in capsys.readouterr().err
+    assert (folder / "README.md").read_text() == card

@@ -177,3 +177,29 @@ def _licence_id(licence: str) -> str:
     if licence == "not stated":
         return "unknown"
     return licence if re.fullmatch(r"[a-z0-9.-]+", licence) else "other"
+
+
+def set_section(folder: str | Path, title: str, body: str) -> Path:
+    """Put ``body`` under ``## title`` in ``<folder>/README.md``: in place of that section when the card has one
+    (up to the next ``## `` heading), else before ``## Licence`` (else at the end).
+
+    What is measured after training — full dev splits, the seed spread, the CPU backends — goes into the card
+    this way (``veracity models card``); the card is not part of the model's fingerprint, so its weights' caches
+    and ONNX graphs stay valid.
+    """
+    path = Path(folder) / "README.md"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no model card to add the section {title!r} to")
+    lines = path.read_text().splitlines()
+    heading = f"## {title}"
+    section = [heading, "", *body.strip().splitlines(), ""]
+    if heading in lines:
+        start = lines.index(heading)
+        end = next((k for k in range(start + 1, len(lines)) if lines[k].startswith("## ")), len(lines))
+        lines[start:end] = section
+    else:
+        at = lines.index("## Licence") if "## Licence" in lines else len(lines)
+        lines[at:at] = section
+    with atomic_writer(path) as handle:
+        handle.write("\n".join(lines).rstrip("\n") + "\n")
+    return path

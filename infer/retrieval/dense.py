@@ -84,7 +84,7 @@ class DenseEncoder:
         order = sorted(range(len(texts)), key=lambda k: -len(texts[k]))
         for start in range(0, len(order), self.spec.batch_size):
             idx = order[start : start + self.spec.batch_size]
-            features = self.model.tokenize([texts[k] for k in idx])
+            features = self.model.preprocess([texts[k] for k in idx])
             out[idx] = self.onnx.run(features)  # the graph's inputs only (np.asarray of CPU tensors)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return np.ascontiguousarray(out / np.maximum(norms, 1e-12), dtype=np.float32)
