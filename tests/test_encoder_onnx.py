@@ -11,7 +11,7 @@ import pytest
 from retrieval_fixture import write_benchmark
 
 from veracity.infer.retrieval.dense import DenseEncoder, EncoderSpec
-from veracity.infer.retrieval.index import IndexSettings, build_index, load_index
+from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, build_index, load_index
 from veracity.models.fingerprint import model_fingerprint
 from veracity.models.onnx_runtime import is_current, onnx_dir
 
@@ -61,6 +61,8 @@ def test_the_index_records_the_backend_and_loads_with_it(cache: Path, tiny_encod
     assert loaded.encoder is not None and loaded.encoder.spec.backend == "onnx"
     torch_vectors = DenseEncoder(EncoderSpec(model=str(tiny_encoder_dir))).encode_queries(["capital of France"])
     assert np.allclose(loaded.encoder.encode_queries(["capital of France"]), torch_vectors, atol=1e-5)
+    with pytest.raises(IndexMismatchError, match="backend onnx, the encoder given uses '', 256 and torch: rebuild"):
+        load_index(folder, encoder=DenseEncoder(EncoderSpec(model=str(tiny_encoder_dir))))  # another runtime
 
 
 def test_export_onnx_from_the_command_line(cache: Path, tiny_encoder_dir: Path,

@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     known = {i.id for i in items}
     details = {
         "judge": judge.name, "judge_answers": judge.stats.to_dict(),
-        "judge_constraint": getattr(judge, "constraint", None), "nli_verifier": str(verifier.folder),
+        "judge_constraint": getattr(judge, "constraint", None), "nli_verifier": verifier.model_id,
         "missing_articles": sum(not r["has_article"] for r in rows),
         "articles_without_item": sum(a not in known for a in articles),
         "items_with_reference": sum(r["entailment"] is not None for r in rows),

@@ -291,10 +291,11 @@ def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: s
                 f"{folder} was built with encoder {built['model']!r} (fingerprint {built['fingerprint']}), but the "
                 f"encoder given is {encoder.spec.model!r} (fingerprint {encoder.fingerprint}): rebuild the index"
             )
-        if (encoder.spec.doc_prefix, encoder.spec.max_length) != (built["doc_prefix"], built["max_length"]):
+        given = (encoder.spec.doc_prefix, encoder.spec.max_length, encoder.spec.backend)
+        if given != (built["doc_prefix"], built["max_length"], spec.backend):
             raise IndexMismatchError(
-                f"{folder} encoded documents with prefix {built['doc_prefix']!r} and max_length {built['max_length']}"
-                f", the encoder given uses {encoder.spec.doc_prefix!r} and {encoder.spec.max_length}: rebuild"
+                f"{folder} encoded documents with prefix {built['doc_prefix']!r}, max_length {built['max_length']} "
+                f"and backend {spec.backend}, the encoder given uses {given[0]!r}, {given[1]} and {given[2]}: rebuild"
             )
         params = FaissParams(**meta["dense"]["faiss"])
         if ef_search is not None:
