@@ -29,6 +29,7 @@ from veracity.data_prep.schema import NLI_TO_TERNARY, to_nli
 from veracity.io import atomic_directory
 from veracity.models.fingerprint import model_fingerprint  # noqa: F401 - callers import it from the registry
 from veracity.models.gguf import convert_gguf
+from veracity.models.model_card import set_section
 from veracity.models.onnx_bert import convert_onnx_cross_encoder, convert_onnx_sentence_encoder
 from veracity.models.onnx_runtime import export_encoder, export_model
 from veracity.models.paths import cache_dir
@@ -341,8 +342,6 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
         elif args.command == "install":
             folder = install_model(args.role, args.path)
         elif args.command == "card":
-            from veracity.train.model_card import set_section  # lazy: the card writer is training's module
-
             for title, file in args.section:
                 folder = set_section(args.folder, title, Path(file).read_text())
         elif args.command == "export-onnx":

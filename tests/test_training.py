@@ -484,7 +484,7 @@ def test_real_scale_recipes_report_to_tensorboard_and_cpu_recipes_to_none(monkey
 
 
 def test_model_cards_name_the_base_model_by_hub_id(tmp_path: Path) -> None:
-    from veracity.train.model_card import base_licence, hub_id
+    from veracity.models.model_card import base_licence, hub_id
 
     snapshot = tmp_path / "hub" / "models--nvidia--Llama-3.1-Nemotron-Nano-8B-v1" / "snapshots" / "abc123"
     snapshot.mkdir(parents=True)

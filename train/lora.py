@@ -27,11 +27,11 @@ import yaml
 from veracity.config import load_config_values
 from veracity.data_prep.errors import DataError, InputError
 from veracity.io import mark_completed, sha256_file
+from veracity.models.model_card import command_line, data_licences, hub_id, write_model_card
 from veracity.models.registry import resolve_model
 from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, load_records, parse_training_config
 from veracity.train.memory import dry_run, peft_parameter_line
-from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
 
 logger = logging.getLogger(__name__)
 

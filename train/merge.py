@@ -13,8 +13,8 @@ from typing import Any
 from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
 from veracity.io import atomic_directory, is_completed
+from veracity.models.model_card import command_line, hub_id, write_model_card
 from veracity.models.registry import resolve_model
-from veracity.train.model_card import command_line, hub_id, write_model_card
 
 
 @dataclass

@@ -37,11 +37,11 @@ from veracity.data_prep.schema import NLI_LABELS, TERNARY_TO_NLI, ClaimExample
 from veracity.data_prep.splits import hash_int
 from veracity.infer.metrics import accuracy, macro_f1
 from veracity.io import atomic_directory, mark_completed, write_json
+from veracity.models.model_card import command_line, data_licences, hub_id, write_model_card
 from veracity.models.onnx_runtime import export_model
 from veracity.models.registry import embedded_verifier_dir, float_reranker, resolve_model
 from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, parse_training_config
-from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
 
 logger = logging.getLogger(__name__)
 ID2LABEL = dict(enumerate(NLI_LABELS))  # 0 entailment, 1 neutral, 2 contradiction

@@ -32,10 +32,10 @@ from veracity.data_prep.sciclaim_tasks import TASKS, build_task
 from veracity.infer.pipelines.sciclaimseekers import run as sciclaim_run
 from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline, passage_text
 from veracity.io import mark_completed, write_json
+from veracity.models.model_card import command_line, data_licences, hub_id, write_model_card
 from veracity.models.registry import float_reranker, resolve_model
 from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, parse_training_config
-from veracity.train.model_card import command_line, data_licences, hub_id, write_model_card
 
 logger = logging.getLogger(__name__)
 
