@@ -38,6 +38,7 @@ from veracity.infer.batch import (
     record_line,
     recover_statuses,
 )
+from veracity.rundir import RunConfigMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ class BatchWorker:
 
     A batch is ``{"item": [pickled item, ...]}``; the output is ``{"record": [JSON line, ...], "facts": [...]}``
     where the first row's ``facts`` (JSON; ``""`` on the other rows) tells the driver which actor ran the batch,
-    the seconds per stage it spent on it and the pipeline's ``stats()`` so far.
+    the models it loaded (``model_ids()``: checked against the run record), the seconds per stage it spent on it
+    and the pipeline's ``stats()`` so far.
     """
 
     def __init__(self, cls: type, configs: Sequence[Any], run_dir: str, cwd: str):
@@ -95,7 +97,8 @@ class BatchWorker:
         records = batch_records(self.pipeline, items, error_fields=self.pipeline.error_fields)
         seconds = {k: v - self.reported.get(k, 0.0) for k, v in self.pipeline.seconds.items()}
         self.reported = dict(self.pipeline.seconds)
-        facts = json.dumps({"worker": self.name, "seconds": seconds, "stats": self.pipeline.stats()}, default=str)
+        facts = json.dumps({"worker": self.name, "models": self.pipeline.model_ids(), "seconds": seconds,
+                            "stats": self.pipeline.stats()}, default=str)
         return {"record": [record_line(r) for r in records], "facts": [facts] + [""] * (len(records) - 1)}
 
 
@@ -116,13 +119,32 @@ def connect(config: ExecutorConfig) -> Any:
     return ray
 
 
+class WorkerModelsError(RunConfigMismatchError):
+    """An actor loaded other models than the run record names (another cache or models root on its node): one
+    ``error:`` line and exit status 2 on the command line, like a resume under other models."""
+
+
+def check_worker_models(worker: str, found: dict[str, str], recorded: dict[str, str], run_config: Path) -> None:
+    """Refuse an actor's records when its models differ from those ``run_config.yaml`` recorded for the run: a
+    record is only comparable to the others when the same models (by content) made it."""
+    roles = sorted(set(found) | set(recorded))
+    wrong = [f"{role}: {found.get(role, 'none')} (recorded: {recorded.get(role, 'none')})"
+             for role in roles if found.get(role) != recorded.get(role)]
+    if wrong:
+        raise WorkerModelsError(
+            f"ray worker {worker} loaded other models than {run_config} records — {'; '.join(wrong)}. Its records "
+            "are not written; give every node the same model cache and models root (VERACITY_CACHE, "
+            "VERACITY_MODELS_ROOT), then run again: the records written so far are kept and resumed")
+
+
 def run_on_ray(pipeline: Any, items: Sequence[dict[str, Any]], output: Path, run_dir: Path, *,
-               shard: tuple[int, int], retry_errors: bool, progress: bool,
-               config: ExecutorConfig) -> tuple[BatchSummary, dict[str, Any]]:
+               shard: tuple[int, int], retry_errors: bool, progress: bool, config: ExecutorConfig,
+               models: dict[str, str]) -> tuple[BatchSummary, dict[str, Any]]:
     """Run the pending items of ``output`` through Ray Data actors and append their records to ``output`` as they
-    arrive (the caller holds the output's lock). Returns the summary and the actors' ``stats()`` (one actor: its
-    stats, as a local run reports them; several: ``{"stats_per_worker": {actor: stats}}``); the actors' seconds
-    per stage are added to ``pipeline.seconds``."""
+    arrive (the caller holds the output's lock). ``models``: the run record's ``model_ids()``; a batch from an
+    actor that loaded others stops the run before its records are written (:func:`check_worker_models`). Returns
+    the summary and the actors' ``stats()`` (one actor: its stats, as a local run reports them; several:
+    ``{"stats_per_worker": {actor: stats}}``); the actors' seconds per stage are added to ``pipeline.seconds``."""
     todo, summary = pending_items(items, recover_statuses(output), shard=shard, retry_errors=retry_errors)
     if not todo:
         return summary, {}
@@ -147,6 +169,7 @@ def run_on_ray(pipeline: Any, items: Sequence[dict[str, Any]], output: Path, run
             for text in batch.column("facts").to_pylist():
                 if text:
                     facts = json.loads(text)
+                    check_worker_models(facts["worker"], facts["models"], models, run_dir / "run_config.yaml")
                     stats[facts["worker"]] = facts["stats"]
                     for stage, seconds in facts["seconds"].items():
                         pipeline.seconds[stage] += seconds

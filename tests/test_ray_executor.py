@@ -175,6 +175,32 @@ def test_uts_on_two_actors_equals_local_resumes_once_and_a_failing_item_is_an_er
     assert records(out) == records(tmp_path / "local")
 
 
+class OtherModelsUTS(UTS):
+    """UTS whose actors report other models than the driver recorded (another model cache on their node)."""
+
+    def model_ids(self) -> dict[str, str]:
+        import ray
+
+        in_actor = ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+        return {**super().model_ids(), "judge": "node-b/judge#2222" if in_actor else "node-a/judge#1111"}
+
+
+def test_an_actor_with_other_models_stops_the_run_before_its_records(ray_cluster: Any, tmp_path: Path) -> None:
+    from veracity.infer.executors import WorkerModelsError
+    from veracity.rundir import RunConfigMismatchError
+
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "out"
+    argv = ["--items", str(items), "--items_per_call", "2", "--progress", "false", "--output_dir", str(out),
+            "--executor", "ray"]
+    with pytest.raises(WorkerModelsError, match=r"loaded other models than .*run_config.yaml records — judge: "
+                       r"node-b/judge#2222 \(recorded: node-a/judge#1111\)"):
+        entry(OtherModelsUTS, "tests")[2](argv)
+    assert issubclass(WorkerModelsError, RunConfigMismatchError)  # the command line: one error line, status 2
+    written = out / "records.jsonl"
+    assert not written.exists() or written.read_text() == ""  # not one record made by the other models
+
+
 # --- vLLM replicas (a GPU machine with vLLM installed) -----------------------------------------------------------
 
 

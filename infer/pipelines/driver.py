@@ -109,9 +109,10 @@ def run_batches(pipeline: Pipeline, items: list[Item], output: Path, run_dir: Pa
                             progress=config.progress, retry_errors=config.retry_errors, take_lock=False,
                             error_fields=pipeline.error_fields)
         return summary, pipeline.stats()
+    models = pipeline.model_ids()  # what run_config.yaml records: each actor's must match
     pipeline.close()  # the actors load their own copies; the driver's engines would only hold memory (a GPU)
     return run_on_ray(pipeline, items, output, run_dir, shard=shard, retry_errors=config.retry_errors,
-                      progress=config.progress, config=executor)
+                      progress=config.progress, config=executor, models=models)
 
 
 def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> dict[str, Any]:
