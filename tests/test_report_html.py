@@ -236,6 +236,31 @@ def test_uts_report_shows_the_article_each_cite_and_the_judges_verdicts(tmp_path
     assert PAYLOAD in page.text and page.tags["script"] == 1
 
 
+def test_the_report_command_reads_a_sharded_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m veracity.infer.report_html RUN_DIR`` on a run made as shards 0/2 and 1/2 (no records.jsonl, no
+    metrics: shards are not scored): one row per item of both shards; a second layout in the folder is an error."""
+    import veracity.models.engine as engine_module
+    from veracity.infer.pipelines.uts.run import main
+    from veracity.infer.report_html import main as report_main
+
+    monkeypatch.setattr(engine_module, "make_engine", lambda config: Judge())
+    out = tmp_path / "run"
+    argv = ["--items", str(write_jsonl(tmp_path / "items.jsonl", ITEMS)), "--shadowval", "true", "--frame", "plain",
+            "--cache", "", "--output_dir", str(out), "--progress", "false"]
+    for shard in ("0/2", "1/2"):
+        main([*argv, "--shard", shard])
+    assert not (out / "records.jsonl").exists() and not (out / "report.html").exists()
+    capsys.readouterr()
+    report_main([str(out)])
+    assert capsys.readouterr().out.strip() == str(out / "report.html")
+    page = Page((out / "report.html").read_text(encoding="utf-8"))
+    assert sorted(item_id for item_id, _ in page.items) == sorted(item["id"] for item in ITEMS)
+    (out / "records.shard-0-of-3.jsonl").write_text("")
+    with pytest.raises(SystemExit, match="shards of 2 layouts"):
+        report_main([str(out)])
+
+
 # --- the page from hand-made records (no model) ------------------------------------------------------------------
 
 
