@@ -62,6 +62,21 @@ def layout_files(folder: Path, stem: str, shard: tuple[int, int]) -> list[Path]:
     return [folder / shard_file(stem, (i, shard[1])) for i in range(shard[1])]
 
 
+def found_layout(folder: Path, stem: str) -> list[Path]:
+    """The batch outputs in ``folder``: ``<stem>.jsonl``, else the shard files of the one ``--shard i/n`` layout
+    there (those that exist). Raises ``FileNotFoundError`` when there are none, ``ValueError`` when shards of
+    several layouts are there (which one is the run cannot be told)."""
+    if (folder / shard_file(stem, (0, 1))).is_file():
+        return [folder / shard_file(stem, (0, 1))]
+    layouts = sorted({int(p.name.rsplit("-of-", 1)[1].split(".", 1)[0]) for p in folder.glob(f"{stem}.shard-*-of-*")})
+    if not layouts:
+        raise FileNotFoundError(f"{folder}: no {shard_file(stem, (0, 1))} and no {stem}.shard-i-of-n files")
+    if len(layouts) > 1:
+        raise ValueError(f"{folder}: shards of {len(layouts)} layouts (of {', '.join(map(str, layouts))}): "
+                         "move one layout's files away")
+    return [path for path in layout_files(folder, stem, (0, layouts[0])) if path.is_file()]
+
+
 def in_shard(item_id: str, shard: tuple[int, int]) -> bool:
     i, n = shard
     return n == 1 or int(hashlib.sha256(item_id.encode()).hexdigest()[:16], 16) % n == i

@@ -376,25 +376,9 @@ def pipeline_type(pipeline: Any) -> type | None:
     return pipeline if isinstance(pipeline, type) else type(pipeline)
 
 
-def record_files(run_dir: Path) -> list[Path]:
-    """The run's batch outputs: ``records.jsonl``, else the shards of one ``--shard i/n`` layout
-    (``records.shard-i-of-n.jsonl``; a sharded run's shards each hold their own items). Two layouts in one folder
-    are an error: which one is the run cannot be told."""
-    if (run_dir / "records.jsonl").is_file():
-        return [run_dir / "records.jsonl"]
-    shards = sorted(run_dir.glob("records.shard-*-of-*.jsonl"))
-    layouts = {path.stem.rsplit("-of-", 1)[1] for path in shards}
-    if not shards:
-        raise SystemExit(f"error: {run_dir}: no records.jsonl and no records.shard-*-of-*.jsonl")
-    if len(layouts) > 1:
-        raise SystemExit(f"error: {run_dir}: shards of {len(layouts)} layouts (of {', '.join(sorted(layouts))}): "
-                         "move one layout's files away")
-    return shards
-
-
 def main(argv: Sequence[str] | None = None) -> Path:
     """Write ``report.html`` of the finished run in ``argv[0]`` from its files (records, metrics, config)."""
-    from veracity.infer.batch import latest_records  # lazy: only this command reads a records file
+    from veracity.infer.batch import found_layout, latest_records  # lazy: only this command reads records
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0].startswith("-"):
@@ -402,7 +386,11 @@ def main(argv: Sequence[str] | None = None) -> Path:
     run_dir = Path(args[0])
     job = (read_yaml(run_dir / "run_config.yaml") or {}).get("job", "")
     name = job.split()[-1] if job.startswith("infer ") else ""
-    records = [r for path in record_files(run_dir) for r in latest_records(path)]
+    try:  # records.jsonl, or a sharded run's shards (which the driver does not score or report)
+        files = found_layout(run_dir, "records")
+    except (FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"error: {error}") from None
+    records = [r for path in files for r in latest_records(path)]
     metrics = read_json(run_dir / "metrics.json") or read_json(run_dir / "eval" / "metrics.json")
     path = write_report_html(run_dir, name or "generic", records, metrics)
     print(path)

@@ -26,15 +26,7 @@ import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
 from veracity.models.fingerprint import model_fingerprint
-from veracity.models.onnx_runtime import (
-    BACKENDS,
-    OnnxSession,
-    classifier_head,
-    current_graphs,
-    export,
-    has_onnx,
-    pair_sample,
-)
+from veracity.models.onnx_runtime import BACKENDS, OnnxSession, export_model, has_onnx
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.registry import resolve_model
 
@@ -229,10 +221,7 @@ class NLIVerifier:
 
     def _onnx_session(self) -> OnnxSession:
         """The session of this model's ONNX graph for :attr:`backend`, exported first when missing or stale."""
-        fingerprint = model_fingerprint(self.folder)
-        target = current_graphs(self.folder, fingerprint, lambda target: export(
-            self.model, pair_sample(self.tokenizer), target, fingerprint, classifier_head))
-        return OnnxSession(target / ONNX_FILES[self.backend])
+        return OnnxSession(export_model(self.folder, self.model, self.tokenizer) / ONNX_FILES[self.backend])
 
     def _logits(self, batch: Any) -> np.ndarray:
         if self.onnx is not None:

@@ -83,13 +83,14 @@ def encoder_head(model: Any, features: dict[str, Any]) -> Any:
     return model(features)["sentence_embedding"]
 
 
-def current_graphs(folder: Path, fingerprint: str, build: Callable[[Path], Any]) -> Path:
-    """The folder of the graphs of the model with ``fingerprint``, made by ``build(target)`` first when they are
-    missing or stale (another fingerprint recorded): an old graph is rebuilt, never used."""
+def current_graphs(folder: Path, build: Callable[[Path, str], Any]) -> Path:
+    """The folder of the graphs of the model in ``folder`` (by its weights' fingerprint), made by
+    ``build(target, fingerprint)`` first when they are missing or stale: an old graph is rebuilt, never used."""
+    fingerprint = model_fingerprint(folder)
     target = onnx_dir(folder, fingerprint)
     if not is_current(target, fingerprint):
         logger.info("exporting %s to ONNX (once)", folder)
-        build(target)
+        build(target, fingerprint)
     return target
 
 
@@ -106,34 +107,32 @@ def has_onnx(folder: Path) -> bool:
     return is_current(onnx_dir(folder, fingerprint), fingerprint)
 
 
-def export_model(folder: Path) -> Path:
-    """Export the sequence-classification model in ``folder`` (both graphs) unless current ones exist."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer  # lazy: seconds, for an export
+def export_model(folder: Path, model: Any = None, tokenizer: Any = None) -> Path:
+    """Export the sequence-classification model in ``folder`` (both graphs) unless current ones exist; ``model``
+    and ``tokenizer``: the ones already loaded from ``folder``."""
 
-    def build(target: Path) -> None:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        export(AutoModelForSequenceClassification.from_pretrained(folder), pair_sample(tokenizer), target,
-               model_fingerprint(folder), classifier_head)
+    def build(target: Path, fingerprint: str) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer  # lazy: seconds, for an export
 
-    return current_graphs(folder, model_fingerprint(folder), build)
+        classifier = model if model is not None else AutoModelForSequenceClassification.from_pretrained(folder)
+        pairs = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(folder)
+        sample = dict(pairs(["a premise"], ["a claim"], return_tensors="pt"))  # one (premise, claim) pair
+        export(classifier, sample, target, fingerprint, classifier_head)
 
-
-def pair_sample(tokenizer: Any) -> dict[str, Any]:
-    """A cross-encoder's sample input for the export: one (premise, claim) pair."""
-    return dict(tokenizer(["a premise"], ["a claim"], return_tensors="pt"))
+    return current_graphs(folder, build)
 
 
 def export_encoder(folder: Path, model: Any = None) -> Path:
     """Export the sentence-transformers encoder in ``folder`` (both graphs, returning its normalized or pooled
-    sentence embedding) unless current ones exist; ``model`` is the encoder already loaded from ``folder``."""
+    sentence embedding) unless current ones exist; ``model``: the encoder already loaded from ``folder``."""
 
-    def build(target: Path) -> None:
+    def build(target: Path, fingerprint: str) -> None:
         from sentence_transformers import SentenceTransformer  # lazy: seconds, for an export
 
         encoder = model if model is not None else SentenceTransformer(str(folder), device="cpu")
-        export(encoder, dict(encoder.preprocess(["a sentence"])), target, model_fingerprint(folder), encoder_head)
+        export(encoder, dict(encoder.preprocess(["a sentence"])), target, fingerprint, encoder_head)
 
-    return current_graphs(folder, model_fingerprint(folder), build)
+    return current_graphs(folder, build)
 
 
 class OnnxSession:
