@@ -255,6 +255,37 @@ def test_rank_recorder_assigns_consumed_micro_batches_to_steps() -> None:
     assert recorder.steps[1] == {"step": 2, "micro_batches": [[4, 5], [6, 7]]}
 
 
+def test_rank_recorder_leaves_evaluation_batches_out() -> None:
+    """An evaluation inside training (eval_strategy) collates through the same collator: its batches are neither
+    assigned to a training step nor looked up among the training examples (a KeyError before)."""
+    from types import SimpleNamespace
+
+    from veracity.train.rank_record import RankRecorder
+
+    train = [{"input_ids": [i]} for i in range(4)]
+    held_out = [{"input_ids": [100 + i]} for i in range(2)]
+
+    class Trainer(SimpleNamespace):
+        def evaluate(self, **kwargs: Any) -> dict[str, float]:
+            self.data_collator(held_out)
+            return {"eval_loss": 1.0}
+
+    trainer = Trainer(args=SimpleNamespace(dataloader_num_workers=0), train_dataset=train,
+                      data_collator=lambda features: len(features), add_callback=lambda callback: None)
+    recorder = RankRecorder()
+    recorder.attach(trainer)
+    state = SimpleNamespace(global_step=0)
+    assert trainer.data_collator(train[:2]) == 2
+    assert trainer.evaluate(metric_key_prefix="eval") == {"eval_loss": 1.0}  # the step's end evaluation
+    assert trainer.data_collator(train[2:]) == 2
+    state.global_step = 1
+    recorder.on_step_end(None, state, None)
+    state.global_step = 2
+    recorder.on_step_end(None, state, None)
+    assert recorder.steps == [{"step": 1, "micro_batches": [[0, 1]]}, {"step": 2, "micro_batches": [[2, 3]]}]
+    assert not recorder.evaluating
+
+
 def test_digests_read_token_ids_and_every_weight_bit() -> None:
     import torch
 

@@ -64,6 +64,7 @@ class RankRecorder(TrainerCallback):
         self.consumed = 0  # micro-batches the trainer has trained on
         self.steps: list[dict[str, Any]] = []
         self.first_step = 0
+        self.evaluating = False  # the collator also builds the evaluation batches: those are not training steps
 
     def attach(self, trainer: Any) -> None:
         if trainer.args.dataloader_num_workers:
@@ -72,11 +73,22 @@ class RankRecorder(TrainerCallback):
         for position, row in enumerate(trainer.train_dataset):
             self.position.setdefault(token_digest(row), position)
         trainer.data_collator = self.wrap(trainer.data_collator)
+        evaluate = trainer.evaluate  # the training loop evaluates through it (eval_strategy), as a user call does
+
+        def evaluate_unrecorded(*args: Any, **kwargs: Any) -> Any:
+            self.evaluating = True
+            try:
+                return evaluate(*args, **kwargs)
+            finally:
+                self.evaluating = False
+
+        trainer.evaluate = evaluate_unrecorded
         trainer.add_callback(self)
 
     def wrap(self, collate: Callable[[list[dict[str, Any]]], Any]) -> Callable[[list[dict[str, Any]]], Any]:
         def recording(features: list[dict[str, Any]]) -> Any:
-            self.collated.append([self.position[token_digest(f)] for f in features])
+            if not self.evaluating:
+                self.collated.append([self.position[token_digest(f)] for f in features])
             return collate(features)
 
         return recording
