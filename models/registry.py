@@ -187,7 +187,7 @@ ROLES: dict[str, Role] = {
         real_scale="cross-encoder/nli-deberta-v3-large",
         folder=VERIFIER_FOLDER,
         make_hint=("No 3-way NLI model installs offline, so veracity trains its own: `bash scripts/train_verifier.sh` "
-                   "(≈ 2.5 h on 2 cores), or copy a trained one in with `veracity models install nli_verifier PATH`."),
+                   "(≈ 1 h on 2 cores), or copy a trained one in with `veracity models install nli_verifier PATH`."),
         option="--nli_model",
         check=check_nli_folder,
     ),

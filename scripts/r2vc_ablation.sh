@@ -20,7 +20,7 @@ n_ckpt=${N_CKPT:-20}  # claims per source for the generator checkpoints
 [ -f runs/prep/manifest.json ] || "$veracity" prep
 [ -f runs/prep/training/manifest.json ] || "$veracity" prep training-sets  # written last
 # the verifier of docs/results.md: its phase-2 run here (which installed it); any other installed one is not it
-[ -f runs/train/nli_l6_stage2/COMPLETED ] || bash scripts/train_verifier.sh
+[ -f runs/train/nli_l12_phase2/COMPLETED ] || bash scripts/train_verifier.sh
 if [ ! -f runs/train/sft_smollm2/merged/config.json ]; then
   "$veracity" train sft --config configs/train/sft_lora_smollm2_cpu.yaml
   "$veracity" train merge --adapter runs/train/sft_smollm2/adapter --output_dir runs/train/sft_smollm2/merged

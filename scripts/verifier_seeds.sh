@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Seed variance of the verifier recipe (issue #28): its two phases (configs/train/nli_minilm_l6_cpu.yaml, then
+# Seed variance of the verifier recipe (issue #28): its two phases (configs/train/nli_minilm_l12_cpu.yaml, then
 # …_phase2.yaml) with other training seeds (the head's init, batch order, dropout; the pair selection stays
 # seed_data 13), each scored on the full dev splits like the verifier table of docs/results.md#nli-verifier, then
 # mean ± spread per dev set (bench/seed_spread.py) into runs/eval/verifier_seeds.md and the "Seed spread" section
 # of the installed verifier's card (the recipe's seed 13: scripts/train_verifier.sh). Does not install.
-# Usage: bash scripts/verifier_seeds.sh [seed ...]   (default: 13 14 15; ≈ 30 min a seed on 2 idle cores). A seed
+# Usage: bash scripts/verifier_seeds.sh [seed ...]   (default: 13 14 15; ≈ 55 min a seed on 2 idle cores). A seed
 # whose evaluation exists is not trained again (runs/eval/verifier_seed<seed>/metrics.json), so seed 13 can be the
-# installed run's own evaluation: cp -r runs/eval/nli_l6_stage2 runs/eval/verifier_seed13.
+# installed run's own evaluation: cp -r runs/eval/nli_l12_phase2 runs/eval/verifier_seed13.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 veracity=${VERACITY:-.venv/bin/veracity}
@@ -19,8 +19,8 @@ for seed in "${seeds[@]}"; do
   p1=runs/train/verifier_seed$seed/phase1 p2=runs/train/verifier_seed$seed/phase2 eval=runs/eval/verifier_seed$seed
   if [ ! -f "$eval/metrics.json" ]; then
     start=$(date +%s)
-    "$veracity" train nli --config configs/train/nli_minilm_l6_cpu.yaml --seed "$seed" --output_dir "$p1" --install false
-    "$veracity" train nli --config configs/train/nli_minilm_l6_cpu_phase2.yaml --seed "$seed" --init "$p1/model" \
+    "$veracity" train nli --config configs/train/nli_minilm_l12_cpu.yaml --seed "$seed" --output_dir "$p1" --install false
+    "$veracity" train nli --config configs/train/nli_minilm_l12_cpu_phase2.yaml --seed "$seed" --init "$p1/model" \
       --output_dir "$p2" --install false
     echo "seed $seed: both phases in $(( ($(date +%s) - start) / 60 )) min"
     "$veracity" eval checkpoint --kind nli --nli_model "$p2/model" --nli_backend torch --sources "${sources[@]}" \

@@ -412,11 +412,12 @@ def test_verifier_stages_chain() -> None:
     import itertools
     import re
 
-    import yaml
+    from veracity.config import load_config_values
 
     repo = Path(__file__).parents[1]
     recipes = re.search(r"for recipe in ([^;]+);", (repo / "scripts/train_verifier.sh").read_text()).group(1).split()
-    stages = [yaml.safe_load((repo / "configs/train" / f"{name}.yaml").read_text()) for name in recipes]
+    # as `train nli` reads them: a recipe's `base` first, its own values over it
+    stages = [load_config_values(repo / "configs/train" / f"{name}.yaml") for name in recipes]
     assert len(stages) >= 2 and stages[0]["init"] in ("reranker", "embedder")
     for before, after in itertools.pairwise(stages):
         assert after["init"] == f"{before['output_dir']}/model"
