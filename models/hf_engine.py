@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
 from veracity.models.decoding import GrammarCache, RowSampler, row_seed
 from veracity.models.engine import (
@@ -22,6 +22,7 @@ from veracity.models.engine import (
     GenerationResult,
     SamplingParams,
     finite_or_none,
+    loading_deferred,
 )
 from veracity.models.registry import ModelNotFoundError, model_fingerprint, resolve_model
 
@@ -34,32 +35,65 @@ class TransformersEngine(Engine):
 
     def __init__(self, model: str = "embedded", adapter: str | None = None, batch_size: int = 8,
                  dtype: str = "auto", device: str = "cpu", max_context: int | None = None):
+        """Loads the model, unless built under :func:`~veracity.models.engine.deferred_loading` (a Ray driver
+        names the model its actors load: folder, adapter and dtype, by content): then on first use."""
         self.folder = resolve_model("chat_lm", model)
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         self.tokenizer.padding_side = "left"  # batched generation continues every prompt at the same position
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        torch_dtype = DTYPES.get(dtype, torch.float32 if device == "cpu" else torch.bfloat16)
-        self.model = AutoModelForCausalLM.from_pretrained(self.folder, dtype=torch_dtype).to(device)
+        self.dtype = DTYPES.get(dtype, torch.float32 if device == "cpu" else torch.bfloat16)
         # The cache key: weights by content (two adapters alike in config and shapes still differ), plus the
         # dtype the model runs in (bfloat16 and float32 decode differently).
         self._model_id = f"{self.folder}#{model_fingerprint(self.folder)}"
+        self.adapter: Path | None = None
         if adapter:
-            from peft import PeftModel  # lazy: only an adapter needs peft
-
-            adapter_dir = Path(adapter).expanduser().resolve()
-            if not adapter_dir.is_dir():
+            self.adapter = Path(adapter).expanduser().resolve()
+            if not self.adapter.is_dir():
                 raise ModelNotFoundError(f"adapter folder {adapter!r} does not exist")
-            self.model = PeftModel.from_pretrained(self.model, str(adapter_dir))
-            self._model_id += f"+adapter:{adapter_dir}#{model_fingerprint(adapter_dir)}"
-        self._model_id += f"@{str(torch_dtype).removeprefix('torch.')}"
-        self.model.eval()
+            self._model_id += f"+adapter:{self.adapter}#{model_fingerprint(self.adapter)}"
+        self._model_id += f"@{str(self.dtype).removeprefix('torch.')}"
         self.device, self.batch_size = device, batch_size
-        self.context = max_context or getattr(self.model.config, "max_position_embeddings", None)
-        eos = self.model.generation_config.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
-        self.eos_ids.discard(None)
+        config = AutoConfig.from_pretrained(self.folder)
+        self.context = max_context or getattr(config, "max_position_embeddings", None)
+        self._model: torch.nn.Module | None = None
+        self._eos_ids: set[int] | None = None
         self._grammars: GrammarCache | None = None  # built on the first constrained request (compiles the vocabulary)
+        if not loading_deferred():
+            self.load()  # now: a model that cannot load fails here
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The weights (with the adapter), loaded when first needed; :meth:`close` lets go of them."""
+        return self.load()
+
+    def load(self) -> torch.nn.Module:
+        """Load the weights unless loaded; the model."""
+        if self._model is None:
+            model = AutoModelForCausalLM.from_pretrained(self.folder, dtype=self.dtype).to(self.device)
+            if self.adapter is not None:
+                from peft import PeftModel  # lazy: only an adapter needs peft
+
+                model = PeftModel.from_pretrained(model, str(self.adapter))
+            self._model = model.eval()
+        return self._model
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """The token ids that end a generation: the model's generation config and the tokenizer's EOS."""
+        if self._eos_ids is None:
+            eos = self.model.generation_config.eos_token_id
+            self._eos_ids = (set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}) - {None}
+        return self._eos_ids
+
+    @eos_ids.setter
+    def eos_ids(self, ids: set[int]) -> None:
+        self._eos_ids = set(ids)
+
+    def close(self) -> None:
+        """Let go of the weights (a Ray driver's pipeline before its actors run); the next generation loads them
+        again."""
+        self._model = None
 
     @property
     def grammars(self) -> GrammarCache:

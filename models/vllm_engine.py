@@ -25,6 +25,7 @@ from veracity.models.engine import (
     GenerationResult,
     SamplingParams,
     finite_or_none,
+    loading_deferred,
 )
 from veracity.models.fingerprint import model_fingerprint
 from veracity.models.registry import resolve_model
@@ -43,27 +44,46 @@ class VLLMEngine(Engine):
                  sampling_params: Callable[..., Any] | None = None,
                  structured: Callable[[dict[str, Any]], dict[str, Any]] | None = None, **llm_kwargs: object):
         self.folder = resolve_model("chat_lm", model)
+        make_llm: Callable[[], Any] | None = None
         if llm is None or sampling_params is None:
             try:
                 import vllm  # lazy: vLLM is optional (a GPU environment)
             except ImportError as error:
                 raise ImportError("the vllm engine needs vLLM (a GPU environment): pip install 'veracity[vllm]'") \
                     from error
-            llm = llm if llm is not None else vllm.LLM(model=str(self.folder), dtype=dtype, **llm_kwargs)
+            if llm is None:
+                def make_llm() -> Any:
+                    return vllm.LLM(model=str(self.folder), dtype=dtype, **llm_kwargs)
             sampling_params = sampling_params or vllm.SamplingParams
-        self.llm, self._sampling_params = llm, sampling_params
+        self._llm, self._make_llm, self._sampling_params = llm, make_llm, sampling_params
         self._structured = structured or _vllm_structured
         # The cache key, as for the transformers engine: the weights by content and the dtype they run in.
         self._model_id = f"vllm:{self.folder}#{model_fingerprint(self.folder)}@{dtype}"
+        if not loading_deferred():
+            self.load()  # now: a model that cannot load fails here, not item by item
 
     @property
     def model_id(self) -> str:
         return self._model_id
 
+    @property
+    def llm(self) -> Any:
+        """vLLM's ``LLM``: the one given, or built on first use when the engine was built under
+        :func:`~veracity.models.engine.deferred_loading` or closed."""
+        return self.load()
+
+    def load(self) -> Any:
+        """Build vLLM's ``LLM`` unless built; the LLM."""
+        if self._llm is None:
+            if self._make_llm is None:
+                raise RuntimeError("this vLLM engine was given its LLM and has been closed")
+            self._llm = self._make_llm()
+        return self._llm
+
     def close(self) -> None:
-        """Let go of vLLM's ``LLM`` (a Ray driver closes the engine it loaded for the run record before its actors,
-        one engine per GPU, load theirs); a closed engine generates no more."""
-        self.llm = None
+        """Let go of vLLM's ``LLM`` and its GPU memory (a pipeline closed after its run); the next generation
+        builds it again."""
+        self._llm = None
         gc.collect()
 
     def sampling(self, p: SamplingParams) -> Any:

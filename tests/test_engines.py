@@ -144,6 +144,31 @@ def test_lora_adapter_is_applied(tiny_lm_dir: Path, tmp_path: Path, engine: Tran
     assert adapted.generate(request)[0].candidates[0].token_logprobs != pytest.approx(base_lp)
 
 
+def test_deferred_loading_names_the_model_and_loads_it_on_first_use(tiny_lm_dir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``deferred_loading`` (a Ray driver) the engine is named — the same id as a loaded one — without reading
+    its weights; they load on the first generation, once. Elsewhere they load at construction (a model that cannot
+    load fails the run there, not item by item)."""
+    from veracity.models import hf_engine
+    from veracity.models.engine import deferred_loading
+
+    loads: list[str] = []
+    load = hf_engine.AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(hf_engine.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: loads.append(str(a[0])) or load(*a, **k))
+    with deferred_loading():
+        deferred = TransformersEngine(str(tiny_lm_dir))
+    assert loads == []
+    eager = TransformersEngine(str(tiny_lm_dir))
+    assert len(loads) == 1 and deferred.model_id == eager.model_id and deferred.context == eager.context
+    request = [GenerationRequest.chat(HELLO, max_new_tokens=4)]
+    assert deferred.generate(request)[0].candidates[0].text == eager.generate(request)[0].candidates[0].text
+    deferred.generate(request)
+    assert len(loads) == 2, "loaded once, on first use"
+    deferred.close()
+    assert deferred.generate(request)[0].ok and len(loads) == 3, "a closed engine loads again when used"
+
+
 class CountingEngine:
     """Wraps an engine and counts the requests that reach it."""
 

@@ -80,11 +80,22 @@ def r2vc_argv(tmp_path: Path, verifier: Path, lm: Path) -> list[str]:
             "--progress", "false"]
 
 
-def test_r2vc_on_ray_equals_local(ray_cluster: Any, tiny_verifier: Path, tiny_lm_dir: Path, tmp_path: Path) -> None:
+def test_r2vc_on_ray_equals_local(ray_cluster: Any, tiny_verifier: Path, tiny_lm_dir: Path, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from veracity.infer.pipelines.r2vc.run import main
+    from veracity.models import hf_engine
 
+    loads: list[str] = []  # generator weights loaded in this process (the driver's); the actors' are their own
+    load = hf_engine.AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(hf_engine.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: loads.append(str(a[0])) or load(*a, **k))
     argv = r2vc_argv(tmp_path, tiny_verifier, tiny_lm_dir)
     local, on_ray = local_and_ray(main, argv, tmp_path)
+    assert len(loads) == 1, "the ray driver names the generator in its run record without loading it"
+    import yaml
+
+    named = [yaml.safe_load((tmp_path / run / "run_config.yaml").read_text())["models"] for run in ("local", "ray")]
+    assert named[0] == named[1] and "generator" in named[1], "named as a loaded one is"
     assert_same_records(tmp_path, len(CLAIMS))
     assert json.loads((tmp_path / "ray" / "metrics.json").read_text()) == local["metrics"] == on_ray["metrics"]
     assert on_ray["seconds_per_stage"].keys() == local["seconds_per_stage"].keys()

@@ -169,3 +169,36 @@ def test_close_lets_go_of_the_llm(tiny_lm_dir: Path) -> None:
     del llm
     engine.close()
     assert alive() is None
+
+
+def test_deferred_loading_builds_the_llm_on_first_use(tiny_lm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray driver builds its pipeline under ``deferred_loading``: the engine is named (by content) without vLLM
+    starting an ``LLM`` (which would take a GPU on the driver); it starts on the first generation, once. Elsewhere
+    it starts at construction; after ``close`` the next generation starts it again."""
+    import sys
+    from types import ModuleType
+
+    from veracity.models.engine import deferred_loading
+
+    built: list[RecordingLLM] = []
+
+    def llm(model: str, dtype: str) -> RecordingLLM:
+        assert model == str(tiny_lm_dir.resolve()) or Path(model).resolve() == tiny_lm_dir.resolve()
+        built.append(RecordingLLM())
+        return built[-1]
+
+    fake = ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = llm, FakeSampling
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    with deferred_loading():
+        engine = VLLMEngine(str(tiny_lm_dir))
+    assert built == [] and engine.model_id.startswith(f"vllm:{engine.folder}#")
+    request = [GenerationRequest.chat([{"role": "user", "content": "q"}])]
+    engine.generate(request)
+    engine.generate(request)
+    assert len(built) == 1 and len(built[0].calls) == 2
+    engine.close()
+    engine.generate(request)
+    assert len(built) == 2
+    VLLMEngine(str(tiny_lm_dir))
+    assert len(built) == 3, "built at construction outside deferred_loading"

@@ -8,7 +8,9 @@ handed to :func:`run_pipeline`, which
 2. holds the single-writer lock on the batch output (``records.jsonl``, ``records.shard-i-of-n.jsonl`` for
    ``--shard i/n``: :func:`veracity.infer.batch.shard_file`) from model loading to the last output file;
 3. loads the models and writes ``run_config.yaml`` (configs, models by content, decoding); a resume under another
-   config or other weights — checked against every file of the shard layout — is a ``RunConfigMismatchError``;
+   config or other weights — checked against every file of the shard layout — is a ``RunConfigMismatchError``
+   (with ``--executor ray`` the generators are named there but not loaded:
+   :func:`~veracity.models.engine.deferred_loading`);
 4. runs the batches (:func:`veracity.infer.batch.run_batch`: resumable after a kill, items already recorded are
    skipped, ``--retry_errors`` re-runs the failed ones, a failing item fails alone) — in this process, or with
    ``--executor ray`` in Ray actors that each load the pipeline (:mod:`veracity.infer.executors`);
@@ -27,6 +29,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +49,7 @@ from veracity.infer.executors import ExecutorConfig, run_on_ray  # ray itself: i
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
 from veracity.infer.report_html import write_report_html
 from veracity.io import write_json
+from veracity.models.engine import deferred_loading
 from veracity.rundir import check_resume, to_plain, write_run_config
 
 logger = logging.getLogger(__name__)
@@ -110,7 +114,7 @@ def run_batches(pipeline: Pipeline, items: list[Item], output: Path, run_dir: Pa
                             error_fields=pipeline.error_fields)
         return summary, pipeline.stats()
     models = pipeline.model_ids()  # what run_config.yaml records: each actor's must match
-    pipeline.close()  # the actors load their own copies; the driver's engines would only hold memory (a GPU)
+    pipeline.close()  # the actors load their own copies; what the driver loaded would only hold memory
     return run_on_ray(pipeline, items, output, run_dir, shard=shard, retry_errors=config.retry_errors,
                       progress=config.progress, config=executor, models=models)
 
@@ -138,7 +142,8 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
     try:
         with output_lock(output):  # a refused second run must not overwrite the running one's record
             start = time.perf_counter()
-            pipeline.load(out)
+            with deferred_loading() if executor.executor == "ray" else nullcontext():
+                pipeline.load(out)  # under ray, generators are only named here: the actors load and run them
             try:
                 load_seconds = time.perf_counter() - start
                 write_record(pipeline, out, output, shard)
