@@ -361,12 +361,27 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
     assert all(n <= 1 for key, n in buckets.items() if not key.startswith("vitaminc/"))
     assert sum(n for key, n in buckets.items() if key.startswith("vitaminc/")) > 3
     assert torch.equal(_head(tmp_path / "stage2" / "model"), head)  # lr 0: the continued head is the stage-1 head
+    # head_learning_rate: the head learns at its own rate, the body at learning_rate (0 here: unchanged)
+    main(["--prepared_dir", str(prepared_dir), "--init", str(stage1), "--eval_sources", "vitaminc",
+          "--output_dir", str(tmp_path / "head_only"), "--max_steps", "1", "--learning_rate", "0.0",
+          "--head_learning_rate", "0.01", "--report_to", "none", "--use_cpu", "true", "--install", "false",
+          "--max_length", "64"])
+    assert not torch.equal(_head(tmp_path / "head_only" / "model"), head)
+    assert torch.equal(_body(tmp_path / "head_only" / "model"), _body(stage1))
+    assert "head_learning_rate: 0.01" in (tmp_path / "head_only" / "run_config.yaml").read_text()
 
 
 def _head(folder: Path) -> Any:
     from transformers import AutoModelForSequenceClassification
 
     return AutoModelForSequenceClassification.from_pretrained(folder).classifier.weight.detach().clone()
+
+
+def _body(folder: Path) -> Any:
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder)
+    return model.base_model.encoder.layer[0].attention.self.query.weight.detach().clone()
 
 
 def test_nli_caps_and_label_order(tmp_path: Path) -> None:
@@ -523,3 +538,25 @@ def test_training_shows_its_progress_bar_in_quiet_mode(tmp_path: Path) -> None:
         assert transformers_logger.level == logging.ERROR  # restored
     finally:
         transformers_logger.setLevel(level)
+
+
+def test_head_rate_moves_only_the_head_into_its_own_groups() -> None:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, get_linear_schedule_with_warmup
+
+    from veracity.train.nli import head_parameters, with_head_rate
+
+    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=16, num_labels=3))
+    head = head_parameters(model)
+    assert {id(p) for p in head} == {id(model.classifier.weight), id(model.classifier.bias)}
+    body = [p for p in model.parameters() if all(p is not h for h in head)]
+    optimizer = torch.optim.AdamW([{"params": body + [model.classifier.weight], "weight_decay": 0.01},
+                                   {"params": [model.classifier.bias], "weight_decay": 0.0}], lr=1e-4)
+    with_head_rate(optimizer, head, 2e-3)
+    groups = [(len(g["params"]), g["lr"], g["weight_decay"]) for g in optimizer.param_groups]
+    assert groups == [(len(body), 1e-4, 0.01), (0, 1e-4, 0.0), (1, 2e-3, 0.01), (1, 2e-3, 0.0)]
+    scheduler = get_linear_schedule_with_warmup(optimizer, 0, 4)
+    optimizer.step()
+    scheduler.step()  # one schedule for all groups: each decays from its own rate
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([7.5e-5, 7.5e-5, 1.5e-3, 1.5e-3])

@@ -62,6 +62,9 @@ class NLIDataArgs:
         "help": "Per-source caps overriding cap_per_source_label: 'source=N' or 'source/label=N'; N=-1 keeps all."})
     max_eval_per_source: int = field(default=400, metadata={"help": "Dev pairs per source evaluated during training."})
     max_length: int = 192
+    head_learning_rate: float = field(default=0.0, metadata={
+        "help": "Learning rate of the classification head (the parameters outside the pretrained base model, fresh "
+                "when starting from a pair encoder), under the same schedule; 0 = learning_rate."})
     evidence_titles: bool = field(default=False, metadata={
         "help": "Prefix each evidence passage with its article title ('Title: sentence'). Recorded in the model's "
                 "config.json (veracity_evidence_titles), so every scorer feeds the verifier the same way."})
@@ -166,6 +169,46 @@ def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(gold, pred, sorted(set(gold)))}
 
 
+def head_parameters(model: Any) -> list[Any]:
+    """The parameters outside the model's pretrained base (``model.base_model_prefix``): its task head."""
+    prefix = f"{model.base_model_prefix}."
+    return [p for name, p in model.named_parameters() if not name.startswith(prefix)]
+
+
+def with_head_rate(optimizer: Any, head: list[Any], rate: float) -> Any:
+    """``optimizer`` with the ``head`` parameters moved out of each of its groups into a copy of that group at
+    learning rate ``rate`` (weight decay and the rest kept): call before the scheduler is built and the first step."""
+    moved = {id(p) for p in head}
+    for group in list(optimizer.param_groups):
+        params = [p for p in group["params"] if id(p) in moved]
+        if params:
+            group["params"] = [p for p in group["params"] if id(p) not in moved]
+            optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": params,
+                                       "lr": rate})
+    return optimizer
+
+
+def _trainer_class() -> Any:
+    from transformers import Trainer  # lazy: seconds to import
+
+    class HeadRateTrainer(Trainer):
+        """Trainer whose head may learn at its own rate (``head_learning_rate``; 0 = the body's)."""
+
+        def __init__(self, *args: Any, head_learning_rate: float = 0.0, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.head_learning_rate = head_learning_rate
+
+        def create_optimizer(self, model: Any = None) -> Any:
+            fresh = self.optimizer is None
+            optimizer = super().create_optimizer(model)
+            if fresh and self.head_learning_rate > 0:
+                with_head_rate(optimizer, head_parameters(self.model if model is None else model),
+                               self.head_learning_rate)
+            return optimizer
+
+    return HeadRateTrainer
+
+
 def make_parser() -> Any:
     from transformers import TrainingArguments
 
@@ -173,12 +216,7 @@ def make_parser() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        Trainer,
-    )
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
     args, training = parse_training_config(make_parser(), argv)
     if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
@@ -205,8 +243,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         training.eval_strategy, training.load_best_model_at_end = "no", False
     evaluation = {name: _tokenize(tokenizer, rows, args.max_length)
                   for name, rows in eval_pairs(args).items() if rows}
-    trainer = Trainer(
-        model=model, args=training, train_dataset=_tokenize(tokenizer, pairs, args.max_length),
+    trainer = _trainer_class()(
+        model=model, args=training, head_learning_rate=args.head_learning_rate,
+        train_dataset=_tokenize(tokenizer, pairs, args.max_length),
         eval_dataset=selection, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=lambda p: scores(p.predictions, p.label_ids),
     )
