@@ -560,3 +560,48 @@ def test_head_rate_moves_only_the_head_into_its_own_groups() -> None:
     optimizer.step()
     scheduler.step()  # one schedule for all groups: each decays from its own rate
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([7.5e-5, 7.5e-5, 1.5e-3, 1.5e-3])
+
+
+def test_shuffled_length_batches_keep_the_grouping_and_shuffle_the_batches() -> None:
+    import torch
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    from veracity.train.nli import shuffled_length_batches
+
+    lengths = [3 + (i * 37) % 60 for i in range(203)]  # 25 full batches of 8 and a short one of 3
+    order = shuffled_length_batches(lengths, 8, torch.Generator().manual_seed(5))
+    assert sorted(order) == list(range(203))
+    assert order == shuffled_length_batches(lengths, 8, torch.Generator().manual_seed(5))  # seeded: reproducible
+    grouped = get_length_grouped_indices(lengths, 8, generator=torch.Generator().manual_seed(5))
+
+    def batches(indices: list[int]) -> list[tuple[int, ...]]:
+        return [tuple(indices[i : i + 8]) for i in range(0, len(indices), 8)]
+
+    assert sorted(batches(order)) == sorted(batches(grouped))  # the same length-grouped batches ...
+    assert batches(order)[-1] == batches(grouped)[-1] and len(batches(order)[-1]) == 3  # the short one last
+    assert batches(order) != batches(grouped)  # ... in another order
+    longest = [max(lengths[i] for i in b) for b in batches(grouped)[:-1]]
+    assert longest[1:6] == sorted(longest[1:6], reverse=True)  # transformers walks a megabatch (6 here) longest first
+    small = shuffled_length_batches(lengths, 8, torch.Generator().manual_seed(5), group_batches=2)
+    pairs = get_length_grouped_indices(lengths, 8, 2, generator=torch.Generator().manual_seed(5))
+    assert sorted(batches(small)) == sorted(batches(pairs)) != sorted(batches(grouped))  # groups of 2 batches
+
+
+def test_the_trainer_uses_shuffled_length_batches_only_when_asked(tmp_path: Path) -> None:
+    from datasets import Dataset
+    from transformers import BertConfig, BertForSequenceClassification, TrainingArguments
+
+    from veracity.train.nli import _trainer_class
+
+    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=16, num_labels=3))
+    data = Dataset.from_list([{"input_ids": [1] * (2 + i % 9), "label": i % 3} for i in range(40)])
+    for strategy, order, name in [("group_by_length", "shuffled", "ShuffledLengthBatches"),
+                                  ("group_by_length", "sorted", "LengthGroupedSampler"),
+                                  ("random", "shuffled", "RandomSampler")]:
+        args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, use_cpu=True,
+                                 report_to="none", train_sampling_strategy=strategy, seed=3)
+        trainer = _trainer_class()(model=model, args=args, train_dataset=data, length_batch_order=order)
+        sampler = trainer._get_train_sampler()
+        assert type(sampler).__name__ == name
+        assert sorted(sampler) == list(range(40))

@@ -68,6 +68,14 @@ class NLIDataArgs:
     evidence_titles: bool = field(default=False, metadata={
         "help": "Prefix each evidence passage with its article title ('Title: sentence'). Recorded in the model's "
                 "config.json (veracity_evidence_titles), so every scorer feeds the verifier the same way."})
+    length_batch_order: str = field(default="sorted", metadata={
+        "choices": ["sorted", "shuffled"],
+        "help": "With train_sampling_strategy group_by_length: 'sorted' walks each megabatch of 50 batches from its "
+                "longest pairs to its shortest (transformers' order: on a mixed-source set, one source after "
+                "another); 'shuffled' keeps the same length-grouped batches and puts them in random order."})
+    length_group_batches: int = field(default=50, metadata={
+        "help": "With length_batch_order shuffled: how many batches of randomly drawn pairs are sorted by length "
+                "together (transformers' megabatch: 50). Fewer mixes sources within a batch at more padding."})
     quick: bool = field(default=False, metadata={"help": "A short, labelled quick run (demo; not the verifier)."})
     install: bool = field(default=True, metadata={"help": "Install the result as the embedded verifier."})
     seed_data: int = 13
@@ -188,15 +196,62 @@ def with_head_rate(optimizer: Any, head: list[Any], rate: float) -> Any:
     return optimizer
 
 
+def shuffled_length_batches(lengths: Sequence[int], batch_size: int, generator: Any,
+                            group_batches: int | None = None) -> list[int]:
+    """Indices in batches of similar length (transformers' megabatch grouping: ``group_batches`` batches of random
+    pairs sorted together), the full batches in random order and a final short batch, if any, last so that the data
+    loader's batch boundaries stay those of the grouping."""
+    import torch
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    order = get_length_grouped_indices(list(lengths), batch_size, group_batches, generator=generator)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    short = [b for b in batches if len(b) < batch_size]
+    full = [b for b in batches if len(b) == batch_size]
+    return [i for b in torch.randperm(len(full), generator=generator).tolist() for i in full[b]] + \
+        [i for b in short for i in b]
+
+
+def _shuffled_sampler(lengths: Sequence[int], batch_size: int, seed: int, group_batches: int) -> Any:
+    import torch
+
+    class ShuffledLengthBatches(torch.utils.data.Sampler):
+        def __init__(self) -> None:
+            self.generator = torch.Generator().manual_seed(seed)  # a new order each epoch, the same on a rerun
+
+        def __len__(self) -> int:
+            return len(lengths)
+
+        def __iter__(self) -> Any:
+            return iter(shuffled_length_batches(lengths, batch_size, self.generator, group_batches))
+
+    return ShuffledLengthBatches()
+
+
 def _trainer_class() -> Any:
     from transformers import Trainer  # lazy: seconds to import
 
     class HeadRateTrainer(Trainer):
-        """Trainer whose head may learn at its own rate (``head_learning_rate``; 0 = the body's)."""
+        """Trainer whose head may learn at its own rate (``head_learning_rate``; 0 = the body's) and whose
+        length-grouped batches may come in random order (``length_batch_order='shuffled'``)."""
 
-        def __init__(self, *args: Any, head_learning_rate: float = 0.0, **kwargs: Any) -> None:
+        def __init__(self, *args: Any, head_learning_rate: float = 0.0, length_batch_order: str = "sorted",
+                     length_group_batches: int = 50, **kwargs: Any) -> None:
+            if length_batch_order not in ("sorted", "shuffled"):
+                raise ValueError(f"length_batch_order: {length_batch_order!r} is not 'sorted' or 'shuffled'")
             super().__init__(*args, **kwargs)
             self.head_learning_rate = head_learning_rate
+            self.length_batch_order = length_batch_order
+            self.length_group_batches = length_group_batches
+
+        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+            data = self.train_dataset if train_dataset is None else train_dataset
+            if self.length_batch_order != "shuffled" or self.args.train_sampling_strategy != "group_by_length":
+                return super()._get_train_sampler(train_dataset)
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            return _shuffled_sampler([len(ids) for ids in data["input_ids"]],
+                                     self.args.train_batch_size * self.args.gradient_accumulation_steps, seed,
+                                     self.length_group_batches)
 
         def create_optimizer(self, model: Any = None) -> Any:
             fresh = self.optimizer is None
@@ -245,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                   for name, rows in eval_pairs(args).items() if rows}
     trainer = _trainer_class()(
         model=model, args=training, head_learning_rate=args.head_learning_rate,
+        length_batch_order=args.length_batch_order, length_group_batches=args.length_group_batches,
         train_dataset=_tokenize(tokenizer, pairs, args.max_length),
         eval_dataset=selection, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=lambda p: scores(p.predictions, p.label_ids),
