@@ -605,3 +605,58 @@ def test_the_trainer_uses_shuffled_length_batches_only_when_asked(tmp_path: Path
         sampler = trainer._get_train_sampler()
         assert type(sampler).__name__ == name
         assert sorted(sampler) == list(range(40))
+
+
+def test_best_start_and_start_arguments(tmp_path: Path) -> None:
+    from transformers import TrainingArguments
+
+    from veracity.train.nli import best_start, checkpoint_score, start_arguments
+
+    assert best_start({13: 0.40, 14: 0.55, 15: 0.55}) == 14  # a tie goes to the lowest seed
+    assert best_start({13: 1.02, 14: 0.98}, greater_is_better=False) == 14  # a loss: lower is better
+    training = TrainingArguments(output_dir=str(tmp_path / "run"), seed=13, data_seed=100, use_cpu=True,
+                                 report_to="none")
+    start = start_arguments(training, 15)
+    assert (start.seed, start.data_seed, training.seed) == (15, 102, 13)
+    assert Path(start.output_dir) == tmp_path / "run" / "starts" / "seed_15"
+    checkpoint = tmp_path / "checkpoint-4"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 4, "log_history": [
+        {"step": 2, "eval_calib_macro_f1": 0.9}, {"step": 4, "loss": 1.1}, {"step": 4, "eval_calib_macro_f1": 0.3}]}))
+    assert checkpoint_score(checkpoint, "eval_calib_macro_f1") == 0.3  # the evaluation at the checkpoint's step
+    with pytest.raises(ValueError, match="no eval_calib_accuracy at step 4"):
+        checkpoint_score(checkpoint, "eval_calib_accuracy")
+
+
+def test_nli_starts_train_each_seed_to_the_start_step_and_finish_the_best(
+        prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path) -> None:
+    from veracity.train.nli import main
+
+    def run(folder: str, *extra: str) -> dict[str, Any]:
+        return main(["--prepared_dir", str(prepared_dir), "--init", str(tiny_encoder_dir / ".." / "hf"),
+                     "--eval_sources", "vitaminc", "fever_symmetric", "--output_dir", str(tmp_path / folder),
+                     "--max_steps", "4", "--per_device_train_batch_size", "4", "--report_to", "none",
+                     "--use_cpu", "true", "--install", "false", "--max_length", "64", "--seed", "3", *extra])
+
+    starts = ["--starts", "2", "--start_steps", "2", "--learning_rate", "0.001"]
+    report = run("starts", *starts)
+    record = json.loads((tmp_path / "starts" / "starts.json").read_text())
+    assert record["metric"] == "eval_calib_macro_f1" and record["step"] == 2 and set(record["scores"]) == {"3", "4"}
+    chosen = report["train"]["starts"]["chosen"]
+    assert chosen == min((-v, int(seed)) for seed, v in record["scores"].items())[1]  # best calib, ties: lowest
+    assert sorted(p.name for p in (tmp_path / "starts" / "starts").iterdir()) == [f"seed_{chosen}"]  # others dropped
+    state = json.loads((tmp_path / "starts" / "starts" / f"seed_{chosen}" / "checkpoint-4" / "trainer_state.json")
+                       .read_text())
+    assert state["global_step"] == 4  # the chosen start ran on to the end of its schedule
+    card = (tmp_path / "starts" / "model" / "README.md").read_text()
+    assert "2 starts compared on eval_calib_macro_f1 at step 2 (seed 3 " in card
+    assert f"seed {chosen} was trained to the end" in card
+    # A rerun of the finished run trains no start again (their scores are in starts.json).
+    assert run("starts", *starts)["train"]["starts"] == report["train"]["starts"]
+    # The fresh head's initialisation follows the seed, whatever ran before in the process: lr 0 keeps it.
+    for folder, seed in [("a", "3"), ("b", "3"), ("c", "4")]:
+        run(folder, "--max_steps", "1", "--learning_rate", "0.0", "--seed", seed)
+    import torch
+
+    assert torch.equal(_head(tmp_path / "a" / "model"), _head(tmp_path / "b" / "model"))
+    assert not torch.equal(_head(tmp_path / "a" / "model"), _head(tmp_path / "c" / "model"))

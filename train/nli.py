@@ -12,7 +12,9 @@ so no source or class dominates (``caps`` overrides the cap per source or per so
 defaults to the embedded ms-marco MiniLM cross-encoder (dequantized from its INT8 ONNX): it already reads sentence
 pairs jointly; ``init`` may also name an earlier verifier to continue from (stage 2). ``evidence_titles`` puts the
 article title in front of each evidence sentence and is recorded in the model's config.json, so scorers read it
-back (measured: no gain for the embedded verifier, see docs/results.md#nli-verifier). The run resumes from its last
+back (measured: no gain for the embedded verifier, see docs/results.md#nli-verifier). ``starts`` trains several
+seeds to an early step and finishes only the best on calib, since whether a fresh head takes off within one epoch
+depends on its seed (docs/results.md). The run resumes from its last
 checkpoint, keeps the checkpoint with the best macro-F1 on the calib split (dev is only reported), and installs
 the result as the embedded verifier (``$VERACITY_CACHE/models/nli-verifier-minilm``, with metrics.json), once
 per machine.
@@ -76,6 +78,12 @@ class NLIDataArgs:
     length_group_batches: int = field(default=50, metadata={
         "help": "With length_batch_order shuffled: how many batches of randomly drawn pairs are sorted by length "
                 "together (transformers' megabatch: 50). Fewer mixes sources within a batch at more padding."})
+    starts: int = field(default=1, metadata={
+        "help": "Train this many starts (seeds seed, seed+1, ...: head initialisation, batch order, dropout) to step "
+                "start_steps, then finish only the one with the best calib score (the checkpoint metric); the others "
+                "are dropped. Guards against a start whose fresh head fails to take off (Dodge et al., 2020)."})
+    start_steps: int = field(default=200, metadata={
+        "help": "With starts > 1: the step at which the starts are compared, on the full run's schedule."})
     quick: bool = field(default=False, metadata={"help": "A short, labelled quick run (demo; not the verifier)."})
     install: bool = field(default=True, metadata={"help": "Install the result as the embedded verifier."})
     seed_data: int = 13
@@ -264,6 +272,73 @@ def _trainer_class() -> Any:
     return HeadRateTrainer
 
 
+def _stop_at(step: int) -> Any:
+    from transformers import TrainerCallback
+
+    class StopAt(TrainerCallback):
+        """Ends training at ``step`` with an evaluation and a checkpoint, leaving the schedule of the full run."""
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if state.global_step >= step:
+                control.should_training_stop = control.should_evaluate = control.should_save = True
+            return control
+
+    return StopAt()
+
+
+def checkpoint_score(checkpoint: Path, metric: str) -> float:
+    """``metric`` (e.g. ``eval_calib_macro_f1``) of the evaluation at the step a checkpoint was saved."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    values = [h[metric] for h in state["log_history"] if metric in h and h.get("step") == state["global_step"]]
+    if not values:
+        raise ValueError(f"{checkpoint}: no {metric} at step {state['global_step']} in trainer_state.json")
+    return float(values[-1])
+
+
+def best_start(scores: dict[int, float], greater_is_better: bool = True) -> int:
+    """The seed of the best start; a tie goes to the lowest seed."""
+    sign = 1 if greater_is_better else -1
+    return min(scores, key=lambda seed: (-sign * scores[seed], seed))
+
+
+def start_arguments(training: Any, seed: int) -> Any:
+    """The training arguments of the start with this seed (data_seed, if set, moved on by as much), in its own
+    folder ``output_dir/starts/seed_N``."""
+    import copy
+
+    start = copy.deepcopy(training)
+    start.seed = seed
+    if training.data_seed is not None:
+        start.data_seed = training.data_seed + seed - training.seed
+    start.output_dir = str(Path(training.output_dir) / "starts" / f"seed_{seed}")
+    return start
+
+
+def run_starts(args: NLIDataArgs, training: Any, trainer_for: Any) -> dict[str, Any]:
+    """Train each start to ``start_steps`` in ``output_dir/starts/seed_N`` and choose the best on calib; the scores
+    are kept in ``starts.json`` as each start ends, so a killed run does not train a finished start again."""
+    metric = training.metric_for_best_model or "calib_macro_f1"
+    metric = metric if metric.startswith("eval_") else f"eval_{metric}"
+    record = Path(training.output_dir) / "starts.json"
+    done = json.loads(record.read_text())["scores"] if record.exists() else {}
+    scores: dict[int, float] = {int(seed): value for seed, value in done.items()}
+    for seed in range(training.seed, training.seed + args.starts):
+        if seed in scores:
+            continue
+        run = start_arguments(training, seed)
+        trainer = trainer_for(run, [_stop_at(args.start_steps)])
+        trainer.train(resume_from_checkpoint=last_checkpoint(run.output_dir))
+        scores[run.seed] = checkpoint_score(Path(run.output_dir) / f"checkpoint-{trainer.state.global_step}", metric)
+        logger.info("start seed %d: %s %.4f at step %d", run.seed, metric, scores[run.seed], trainer.state.global_step)
+        write_json(record, {"metric": metric, "step": args.start_steps, "scores": scores})
+    chosen = best_start(scores, training.greater_is_better is not False)
+    for seed in scores:  # the dropped starts' checkpoints (model and optimizer state) are not needed again
+        if seed != chosen:
+            shutil.rmtree(start_arguments(training, seed).output_dir, ignore_errors=True)
+    logger.info("continuing start seed %d", chosen)
+    return {"metric": metric, "step": args.start_steps, "scores": scores, "chosen": chosen}
+
+
 def make_parser() -> Any:
     from transformers import TrainingArguments
 
@@ -281,31 +356,44 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     init = initial_model(args.init)
     check_label_order(init)
     tokenizer = AutoTokenizer.from_pretrained(init)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        init, num_labels=3, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()},
-        ignore_mismatched_sizes=True)  # a fresh 3-way head on the pretrained pair encoder
-    # How the verifier reads its input, saved with every checkpoint; models/nli.py:NLIVerifier reads it back.
-    model.config.veracity_evidence_titles = args.evidence_titles
-    model.config.veracity_max_length = args.max_length
-    model.config.veracity_truncation = "only_first"  # the premise (evidence) side, as _tokenize cuts it
     pairs, stats = training_pairs(args)
     logger.info("training pairs: %s", json.dumps({k: stats[k] for k in ("pairs", "labels")}))
     # Checkpoints are chosen on the calib split (all evaluation sources pooled); dev is only reported.
     calib = [r for rows in eval_pairs(args, "calib").values() for r in rows]
     selection = {"calib": _tokenize(tokenizer, calib, args.max_length)} if calib else None
     if selection is None:
+        if args.starts > 1:
+            raise ValueError(f"starts {args.starts}: the starts are compared on calib, and there are no calib pairs")
         logger.warning("no calib pairs: training without checkpoint selection")
         training.eval_strategy, training.load_best_model_at_end = "no", False
     evaluation = {name: _tokenize(tokenizer, rows, args.max_length)
                   for name, rows in eval_pairs(args).items() if rows}
-    trainer = _trainer_class()(
-        model=model, args=training, head_learning_rate=args.head_learning_rate,
-        length_batch_order=args.length_batch_order, length_group_batches=args.length_group_batches,
-        train_dataset=_tokenize(tokenizer, pairs, args.max_length),
-        eval_dataset=selection, processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=lambda p: scores(p.predictions, p.label_ids),
-    )
-    trainer.train(resume_from_checkpoint=last_checkpoint(training.output_dir))
+    train_dataset = _tokenize(tokenizer, pairs, args.max_length)
+
+    def trainer_for(run: Any, callbacks: Sequence[Any] = ()) -> Any:
+        from transformers import set_seed
+
+        set_seed(run.seed)  # the fresh head's initialisation is the seed's (unseeded, it differed on every run)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            init, num_labels=3, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()},
+            ignore_mismatched_sizes=True)  # a fresh 3-way head on the pretrained pair encoder
+        # How the verifier reads its input, saved with every checkpoint; models/nli.py:NLIVerifier reads it back.
+        model.config.veracity_evidence_titles = args.evidence_titles
+        model.config.veracity_max_length = args.max_length
+        model.config.veracity_truncation = "only_first"  # the premise (evidence) side, as _tokenize cuts it
+        return _trainer_class()(
+            model=model, args=run, head_learning_rate=args.head_learning_rate,
+            length_batch_order=args.length_batch_order, length_group_batches=args.length_group_batches,
+            train_dataset=train_dataset, eval_dataset=selection, processing_class=tokenizer,
+            data_collator=DataCollatorWithPadding(tokenizer), callbacks=list(callbacks),
+            compute_metrics=lambda p: scores(p.predictions, p.label_ids))
+
+    run = training
+    if args.starts > 1:
+        stats["starts"] = run_starts(args, training, trainer_for)
+        run = start_arguments(training, stats["starts"]["chosen"])
+    trainer = trainer_for(run)
+    trainer.train(resume_from_checkpoint=last_checkpoint(run.output_dir))
     final = Path(training.output_dir) / "model"
     trainer.save_model(str(final))
     tokenizer.save_pretrained(final)
@@ -347,7 +435,14 @@ def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict
         licences=data_licences(args.prepared_dir, list(data)),
         metrics={name: {k.removeprefix(f"{name}_"): v for k, v in r.items() if k.endswith(("accuracy", "macro_f1"))}
                  for name, r in results.items()},
-        notes=["QUICK run (the demo's fallback, at most 150 steps): not the real verifier"] if args.quick else ())
+        notes=[*(["QUICK run (the demo's fallback, at most 150 steps): not the real verifier"] if args.quick else []),
+               *([starts_note(stats["starts"])] if "starts" in stats else [])])
+
+
+def starts_note(starts: dict[str, Any]) -> str:
+    scores = ", ".join(f"seed {seed} {value:.3f}" for seed, value in sorted(starts["scores"].items()))
+    return (f"{len(starts['scores'])} starts compared on {starts['metric']} at step {starts['step']} ({scores}); "
+            f"seed {starts['chosen']} was trained to the end")
 
 
 def install(folder: Path, report: dict[str, Any]) -> Path:
