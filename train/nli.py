@@ -301,16 +301,21 @@ def best_start(scores: dict[int, float], greater_is_better: bool = True) -> int:
     return min(scores, key=lambda seed: (-sign * scores[seed], seed))
 
 
+def start_dir(output_dir: str | Path, seed: int) -> Path:
+    """The folder of the start with this seed: ``output_dir/starts/seed_N``."""
+    return Path(output_dir) / "starts" / f"seed_{seed}"
+
+
 def start_arguments(training: Any, seed: int) -> Any:
     """The training arguments of the start with this seed (data_seed, if set, moved on by as much), in its own
-    folder ``output_dir/starts/seed_N``."""
+    folder (:func:`start_dir`)."""
     import copy
 
     start = copy.deepcopy(training)
     start.seed = seed
     if training.data_seed is not None:
         start.data_seed = training.data_seed + seed - training.seed
-    start.output_dir = str(Path(training.output_dir) / "starts" / f"seed_{seed}")
+    start.output_dir = str(start_dir(training.output_dir, seed))
     return start
 
 
@@ -320,8 +325,8 @@ def run_starts(args: NLIDataArgs, training: Any, trainer_for: Any) -> dict[str, 
     metric = training.metric_for_best_model or "calib_macro_f1"
     metric = metric if metric.startswith("eval_") else f"eval_{metric}"
     record = Path(training.output_dir) / "starts.json"
-    done = json.loads(record.read_text())["scores"] if record.exists() else {}
-    scores: dict[int, float] = {int(seed): value for seed, value in done.items()}
+    scores = {int(seed): value for seed, value in
+              (json.loads(record.read_text())["scores"] if record.exists() else {}).items()}
     for seed in range(training.seed, training.seed + args.starts):
         if seed in scores:
             continue
@@ -334,7 +339,7 @@ def run_starts(args: NLIDataArgs, training: Any, trainer_for: Any) -> dict[str, 
     chosen = best_start(scores, training.greater_is_better is not False)
     for seed in scores:  # the dropped starts' checkpoints (model and optimizer state) are not needed again
         if seed != chosen:
-            shutil.rmtree(start_arguments(training, seed).output_dir, ignore_errors=True)
+            shutil.rmtree(start_dir(training.output_dir, seed), ignore_errors=True)
     logger.info("continuing start seed %d", chosen)
     return {"metric": metric, "step": args.start_steps, "scores": scores, "chosen": chosen}
 
