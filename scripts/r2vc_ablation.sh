@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Every R2VC table of docs/results.md, measured in one go on the embedded models (≈ 45 min on 2 CPU cores): the
-# calibrators on the whole calib split (not a pipeline run), then the ablation recipes (configs/ablations/r2vc*.yaml,
-# `veracity infer ablate`: each row a `veracity infer r2vc` run, each recipe one table). From a fresh clone it first
-# makes what the tables need and is missing: `veracity prep` and the training sets, the embedded verifier
-# (scripts/train_verifier.sh, ≈ 30 min: the pre-built fallback of ../shared/models was trained on the pre-fix splits,
-# which put dev claims in its training data), and the SFT / DPO generators of docs/training.md#sft-and-dpo
-# (runs/train/{sft,dpo}_smollm2/merged, ≈ 20 min); ≈ 1.6 h in all here. Generation is cached (runs/cache/r2vc_embedded.sqlite): the ablations replay the full run's candidates
-# and only re-decide, so a rerun after a verifier change costs the verifier and the calibrator, not the generator.
+# Every R2VC table of docs/results.md, measured in one go on the embedded models: the calibrators on the whole calib
+# split (not a pipeline run), then the ablation recipes (configs/ablations/r2vc*.yaml, `veracity infer ablate`: each
+# row a `veracity infer r2vc` run, each recipe one table). From a fresh clone it first makes what the tables need and
+# is missing: `veracity prep` and the training sets, the embedded verifier (scripts/train_verifier.sh, ≈ 1 h: the
+# pre-built fallback of ../shared/models was trained on the pre-fix splits, which put dev claims in its training
+# data), and the SFT / DPO generators of docs/training.md#sft-and-dpo (runs/train/{sft,dpo}_smollm2/merged, ≈ 36 min).
+# Measured here: 100 min without generators or caches (the verifier in place), 2 min after a verifier change.
+# Generation is cached (runs/cache/r2vc_embedded.sqlite): the ablations replay the full run's candidates and only
+# re-decide, so a rerun after a verifier change costs the verifier and the calibrators, not the generator (move the
+# earlier rows and calibrator runs aside first: a run refuses to resume under another verifier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 veracity=${VERACITY:-.venv/bin/veracity}

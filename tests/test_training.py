@@ -438,6 +438,15 @@ def test_verifier_stages_chain() -> None:
         assert after["init"] == f"{before['output_dir']}/model"
     assert len({stage["output_dir"] for stage in stages}) == len(stages)
     assert [stage.get("install", True) for stage in stages] == [False] * (len(stages) - 1) + [True]  # the last one
+    # the recipe as `train nli` parses it: three starts in phase 1 (one start in three fails to take off), length-
+    # grouped batches in random order in every phase
+    from veracity.train.nli import make_parser, parse_training_config
+
+    parsed = [parse_training_config(make_parser(), ["--config", str(repo / "configs/train" / f"{name}.yaml")])[0]
+              for name in recipes]
+    assert parsed[0].starts == 3 and parsed[0].start_steps == 200
+    assert [args.starts for args in parsed[1:]] == [1] * (len(parsed) - 1)
+    assert {args.length_batch_order for args in parsed} == {"shuffled"}
 
 
 def test_dpo_rejected_mined_from_the_sft_model_only_where_the_verifier_disagrees(prepared_dir: Path) -> None:
