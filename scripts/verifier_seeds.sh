@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Seed variance of the verifier recipe (issue #28): its two phases (configs/train/nli_minilm_l12_cpu.yaml, then
 # …_phase2.yaml) with other training seeds (the head's init, batch order, dropout; phase 1's three starts use seeds
-# S, S+1, S+2, so the default seeds are three apart; the pair selection stays seed_data 13), each scored on the full dev splits like the verifier table of docs/results.md#nli-verifier, then
-# mean ± spread per dev set (bench/seed_spread.py) into runs/eval/verifier_seeds.md and the "Seed spread" section
-# of the installed verifier's card (the recipe's seed 13: scripts/train_verifier.sh). Does not install.
+# S, S+1, S+2, so the default seeds are three apart; the pair selection stays seed_data 13), each scored on the full
+# dev splits like the verifier table of docs/results.md#nli-verifier, then mean ± spread per dev set
+# (bench/seed_spread.py) into runs/eval/verifier_seeds.md and the "Seed spread" section of the installed verifier's
+# card (the recipe's seed 13: scripts/train_verifier.sh). Does not install.
 # Usage: bash scripts/verifier_seeds.sh [seed ...]   (default: 13 16 19; ≈ 1 h a seed on 2 idle cores). A seed
 # whose evaluation exists is not trained again (runs/eval/verifier_seed<seed>/metrics.json), so seed 13 can be the
 # installed run's own evaluation: cp -r runs/eval/nli_l12_phase2 runs/eval/verifier_seed13.

@@ -327,21 +327,22 @@ def run_starts(args: NLIDataArgs, training: Any, trainer_for: Any) -> dict[str, 
     record = Path(training.output_dir) / "starts.json"
     scores = {int(seed): value for seed, value in
               (json.loads(record.read_text())["scores"] if record.exists() else {}).items()}
+    result = {"metric": metric, "step": args.start_steps, "scores": scores}  # starts.json, then with the choice
     for seed in range(training.seed, training.seed + args.starts):
         if seed in scores:
             continue
         run = start_arguments(training, seed)
         trainer = trainer_for(run, [_stop_at(args.start_steps)])
         trainer.train(resume_from_checkpoint=last_checkpoint(run.output_dir))
-        scores[run.seed] = checkpoint_score(Path(run.output_dir) / f"checkpoint-{trainer.state.global_step}", metric)
-        logger.info("start seed %d: %s %.4f at step %d", run.seed, metric, scores[run.seed], trainer.state.global_step)
-        write_json(record, {"metric": metric, "step": args.start_steps, "scores": scores})
+        scores[seed] = checkpoint_score(Path(run.output_dir) / f"checkpoint-{trainer.state.global_step}", metric)
+        logger.info("start seed %d: %s %.4f at step %d", seed, metric, scores[seed], trainer.state.global_step)
+        write_json(record, result)
     chosen = best_start(scores, training.greater_is_better is not False)
     for seed in scores:  # the dropped starts' checkpoints (model and optimizer state) are not needed again
         if seed != chosen:
             shutil.rmtree(start_dir(training.output_dir, seed), ignore_errors=True)
     logger.info("continuing start seed %d", chosen)
-    return {"metric": metric, "step": args.start_steps, "scores": scores, "chosen": chosen}
+    return {**result, "chosen": chosen}
 
 
 def make_parser() -> Any:
