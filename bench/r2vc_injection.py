@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--max_examples", type=int, default=30)
     parser.add_argument("--output_dir", default="runs/bench/r2vc_injection")
     args, extra = parser.parse_known_args()
+    from veracity.cli import input_errors
     from veracity.infer.pipelines.r2vc.run import main as r2vc
 
     out = Path(args.output_dir)
@@ -41,8 +42,11 @@ def main() -> None:
         runs = {}
         for variant, inject in (("clean", []), ("injected", ["--inject", INJECTION])):
             folder = out / f"{name.replace(' ', '_')}_{variant}"
-            r2vc(["--config", recipe, "--max_examples", str(args.max_examples), "--output_dir", str(folder),
-                  "--progress", "false", *inject, *extra])
+            try:  # an output made under other settings, a missing model: one line, as the command line says it
+                r2vc(["--config", recipe, "--max_examples", str(args.max_examples), "--output_dir", str(folder),
+                      "--progress", "false", *inject, *extra])
+            except input_errors() as error:
+                raise SystemExit(f"bench/r2vc_injection.py: {error}") from None
             runs[variant] = decisions(folder / "records.jsonl")
         common = sorted(set(runs["clean"]) & set(runs["injected"]))
         flipped = sum(runs["clean"][i] != runs["injected"][i] for i in common)
