@@ -3,13 +3,10 @@ as `veracity infer r2vc` does, not with a traceback."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "r2vc_injection.py"
+from repo_scripts import load_script
 
 
 def test_a_mismatched_output_is_one_line_naming_the_file(monkeypatch, tmp_path) -> None:
@@ -23,9 +20,7 @@ def test_a_mismatched_output_is_one_line_naming_the_file(monkeypatch, tmp_path) 
 
     monkeypatch.setattr(r2vc_run, "main", mismatched)
     monkeypatch.setattr(sys, "argv", ["r2vc_injection.py", "--output_dir", str(tmp_path)])
-    spec = importlib.util.spec_from_file_location("r2vc_injection", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("bench/r2vc_injection.py")
     with pytest.raises(SystemExit) as stopped:
         module.main()
     assert str(stopped.value) == f"bench/r2vc_injection.py: {record}: made under another config"

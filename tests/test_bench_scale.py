@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_script
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "scale.py"
 SENTENCES = [
     "Polar bears depend on sea ice, which melts earlier as the climate warms.",
     "The polar bear is a large bear native to the Arctic Circle and nearby seas.",
@@ -25,13 +24,6 @@ SENTENCES = [
 ]
 
 
-def load_bench():  # noqa: ANN201 - the bench module
-    spec = importlib.util.spec_from_file_location("bench_scale", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("data")
@@ -43,7 +35,7 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_corpora_are_seeded_prefixes_and_reused(tmp_path: Path, data_root: Path) -> None:
-    bench = load_bench()
+    bench = load_script("bench/scale.py")
     sentences, claims = bench.harvest(data_root)
     assert sentences == SENTENCES and len(claims) == len(SENTENCES)  # split at sentence ends, deduplicated
     paths = bench.write_corpora(sentences, [30, 80], tmp_path)
@@ -56,7 +48,7 @@ def test_corpora_are_seeded_prefixes_and_reused(tmp_path: Path, data_root: Path)
 
 
 def test_scale_bench_runs_end_to_end(tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    bench = load_bench()
+    bench = load_script("bench/scale.py")
     results = bench.main(["--sizes", "200", "500", "--queries", "5", "--work_dir", str(tmp_path),
                           "--data_root", str(data_root), "--minilm_sample", "0"])
     assert list(results) == [200, 500]

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pipeline_inputs import build_tiny_cross_encoder
+from repo_scripts import load_script
 
 from veracity import cli
 from veracity.data_prep.checkthat_files import (
@@ -351,17 +352,8 @@ def test_real_recipe_is_the_papers_pipeline() -> None:
     assert real["query_prefix"] == E5_INSTRUCT_QUERY_PREFIX and not real.get("rerank_fusion")
 
 
-def _script(name: str):  # noqa: ANN202 - a module loaded from scripts/
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_weight_choice_takes_a_plateau_over_a_spike() -> None:
-    module = _script("sciclaim_weights")
+    module = load_script("scripts/sciclaim_weights.py")
     # (3, 3) is the single best point but stands alone; (1, 1) is lower amid high neighbours.
     grid = {(i, j): 0.5 for i in range(4) for j in range(4)}
     grid.update({(3, 3): 0.9, (1, 1): 0.8, (0, 1): 0.75, (1, 0): 0.75, (2, 1): 0.75, (1, 2): 0.75})
@@ -506,7 +498,7 @@ def test_the_tuned_recipe_reads_the_model_its_training_config_writes() -> None:
 def test_overlap_split_separates_posts_whose_gold_a_training_post_has(tmp_path: Path, capsys) -> None:
     from veracity.data_prep.checkthat_files import Post
 
-    module = _script("sciclaim_overlap")
+    module = load_script("scripts/sciclaim_overlap.py")
     train = [Post("t1", "x", ["p0", "p9"]), Post("t2", "y", ["p5"])]
     posts = [Post("1", "a", ["p0"]), Post("2", "b", ["p1", "p5"]), Post("3", "c", ["p2"])]
     groups = module.split_by_overlap(posts, train)

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "seed_spread.py"
+from repo_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def seed_spread():
-    spec = importlib.util.spec_from_file_location("seed_spread", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/seed_spread.py")
 
 
 def test_the_table_has_mean_sd_and_range_of_every_dev_set_all_runs_share(seed_spread, tmp_path, capsys) -> None:

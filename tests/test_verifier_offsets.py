@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "verifier_offsets.py"
+from repo_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def offsets():
-    spec = importlib.util.spec_from_file_location("verifier_offsets", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/verifier_offsets.py")
 
 
 def predictions(path: Path, source: str, gold: list[str], probabilities: list[list[float]]) -> Path:

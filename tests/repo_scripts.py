@@ -1,0 +1,18 @@
+"""Load a script of the repository (``bench/*.py``, ``scripts/*.py``) as a module: they run by path, not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str) -> ModuleType:
+    """The module of ``REPO / relative`` (e.g. ``bench/seed_spread.py``), executed afresh."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
