@@ -3,7 +3,7 @@
 # (the embedded reranker, dequantized) with a fresh 3-way head; phase 1 on every NLI source + FEVER-family pairs
 # (<= 500 per source and label, one epoch; three starts compared on calib at step 200, the best finished), phase 2 on
 # the claim–evidence sources in full (one epoch); length-grouped batches in shuffled order; phase 2 installs itself
-# as the embedded nli_verifier. 54-61 min on 2 idle CPU cores (41-45 + 13-15), minutes on a GPU; each phase resumes
+# as the embedded nli_verifier. 54-62 min on 2 idle CPU cores (41-46 + 13-16; the configs set use_cpu); each phase resumes
 # if interrupted. Needs `veracity prep` first.
 # Then, into the model card of the run and of the installed copy (`veracity models card`): the full dev splits (the
 # command of docs/results.md#nli-verifier), this invocation's training time, and the CPU backends (bench/r2vc.py).
