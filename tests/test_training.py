@@ -669,3 +669,58 @@ def test_nli_starts_train_each_seed_to_the_start_step_and_finish_the_best(
 
     assert torch.equal(_head(tmp_path / "a" / "model"), _head(tmp_path / "b" / "model"))
     assert not torch.equal(_head(tmp_path / "a" / "model"), _head(tmp_path / "c" / "model"))
+
+
+def test_nli_label_offsets_are_fitted_on_calib_and_shift_every_logit(
+        prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from veracity.train.nli import main
+
+    def run(folder: str, *extra: str) -> dict[str, Any]:  # learning rate 0: both runs end with the seed's head
+        return main(["--prepared_dir", str(prepared_dir), "--init", str(tiny_encoder_dir / ".." / "hf"),
+                     "--eval_sources", "vitaminc", "fever_symmetric", "--output_dir", str(tmp_path / folder),
+                     "--max_steps", "1", "--learning_rate", "0.0", "--report_to", "none", "--use_cpu", "true",
+                     "--install", "false", "--max_length", "64", "--seed", "3", *extra])
+
+    run("plain")
+    report = run("offsets", "--label_offsets", "true")
+    record = report["train"]["label_offsets"]
+    offsets = [record["offsets"][label] for label in ("entailment", "neutral", "contradiction")]
+    assert offsets[0] == 0 and set(record["calib_pairs"]) <= {"vitaminc", "fever_symmetric"}
+    before, after = record["calib_objective"]
+    assert after >= before and (after > before) == any(offsets)  # a shift is kept only where it helps on calib
+    config = json.loads((tmp_path / "offsets" / "model" / "config.json").read_text())
+    assert config["veracity_label_offsets"] == offsets
+    assert "label offsets fitted on calib" in (tmp_path / "offsets" / "model" / "README.md").read_text()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "plain" / "model")
+    batch = tokenizer(["A dog runs in the park.", "Paris is in France."], ["An animal moves.", "Paris is in Spain."],
+                      return_tensors="pt", padding=True)
+    logits = {}
+    for folder in ("plain", "offsets"):
+        model = AutoModelForSequenceClassification.from_pretrained(tmp_path / folder / "model").eval()
+        with torch.inference_mode():
+            logits[folder] = model(**batch).logits
+    assert torch.allclose(logits["offsets"] - logits["plain"], torch.tensor(offsets).expand(2, 3), atol=1e-5)
+
+
+def test_fold_into_head_moves_the_output_bias_of_a_roberta_style_head() -> None:
+    import numpy as np
+    import torch
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    from veracity.train.label_offsets import fold_into_head, log_probabilities
+
+    config = RobertaConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=16, num_labels=3)
+    model = RobertaForSequenceClassification(config).eval()
+    ids = torch.tensor([[0, 5, 6, 2]])
+    with torch.inference_mode():
+        before = model(input_ids=ids).logits
+    fold_into_head(model, np.array([0.0, 0.5, -0.25]))  # classifier.out_proj, not classifier.dense (8 outputs)
+    with torch.inference_mode():
+        after = model(input_ids=ids).logits
+    assert torch.allclose(after - before, torch.tensor([[0.0, 0.5, -0.25]]), atol=1e-6)
+    logp = log_probabilities(np.array([[1.0, 2.0, 3.0]]))
+    assert np.isclose(np.exp(logp).sum(), 1.0) and np.allclose(logp - logp[0, 0], [[0.0, 1.0, 2.0]])

@@ -30,7 +30,7 @@ def test_a_verifier_that_underrates_refutes_gets_a_refutes_offset_that_fixes_dev
     probs = [[0.7, 0.1, 0.2]] * 4 + [[0.4, 0.3, 0.3]] * 4
     calib = predictions(tmp_path / "calib.jsonl", "fever_symmetric", gold, probs)
     dev = predictions(tmp_path / "dev.jsonl", "fever_symmetric", gold, probs)
-    fitted = offsets.fit_offsets(offsets.read_predictions(calib))
+    fitted = offsets.fit_label_offsets(offsets.read_predictions(calib))
     assert fitted[0] == 0 and 0.29 < fitted[2] <= 0.35  # the smallest REFUTES shift on the grid that flips them
     assert fitted[1] <= 0  # NOT ENOUGH INFO must not take the REFUTES pairs instead
     offsets.main([str(calib), str(dev)])
@@ -40,7 +40,7 @@ def test_a_verifier_that_underrates_refutes_gets_a_refutes_offset_that_fixes_dev
 def test_no_offsets_when_none_helps(offsets, tmp_path) -> None:
     calib = predictions(tmp_path / "calib.jsonl", "vitaminc", ["SUPPORTS", "REFUTES", "NOT ENOUGH INFO"],
                         [[0.8, 0.1, 0.1], [0.1, 0.1, 0.8], [0.1, 0.8, 0.1]])
-    assert np.array_equal(offsets.fit_offsets(offsets.read_predictions(calib)), np.zeros(3))
+    assert np.array_equal(offsets.fit_label_offsets(offsets.read_predictions(calib)), np.zeros(3))
 
 
 def test_rows_without_probabilities_name_the_file_and_line(offsets, tmp_path) -> None:

@@ -14,7 +14,8 @@ pairs jointly; ``init`` may also name an earlier verifier to continue from (stag
 article title in front of each evidence sentence and is recorded in the model's config.json, so scorers read it
 back (measured: no gain for the embedded verifier, see docs/results.md#nli-verifier). ``starts`` trains several
 seeds to an early step and finishes only the best on calib, since whether a fresh head takes off within one epoch
-depends on its seed (docs/results.md). The run resumes from its last
+depends on its seed (docs/results.md). ``label_offsets`` fits per-label logit offsets on calib after training and
+folds them into the head's bias (``train/label_offsets.py``). The run resumes from its last
 checkpoint, keeps the checkpoint with the best macro-F1 on the calib split (dev is only reported), and installs
 the result as the embedded verifier (``$VERACITY_CACHE/models/nli-verifier-minilm``, with metrics.json), once
 per machine.
@@ -44,6 +45,7 @@ from veracity.models.onnx_runtime import export_model
 from veracity.models.registry import embedded_verifier_dir, float_reranker, resolve_model
 from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, parse_training_config
+from veracity.train.label_offsets import fit_label_offsets, fold_into_head, log_probabilities, objective
 
 logger = logging.getLogger(__name__)
 ID2LABEL = dict(enumerate(NLI_LABELS))  # 0 entailment, 1 neutral, 2 contradiction
@@ -84,6 +86,11 @@ class NLIDataArgs:
                 "are dropped. Guards against a start whose fresh head fails to take off (Dodge et al., 2020)."})
     start_steps: int = field(default=200, metadata={
         "help": "With starts > 1: the step at which the starts are compared, on the full run's schedule."})
+    label_offsets: bool = field(default=False, metadata={
+        "help": "After training, fit per-label logit offsets on the whole calib split (each evaluation source weighs "
+                "the same) and add them to the head's bias: a label-prior correction between the training mix and "
+                "the evaluated sets (train/label_offsets.py). Recorded in config.json (veracity_label_offsets), "
+                "metrics.json and the card."})
     quick: bool = field(default=False, metadata={"help": "A short, labelled quick run (demo; not the verifier)."})
     install: bool = field(default=True, metadata={"help": "Install the result as the embedded verifier."})
     seed_data: int = 13
@@ -134,12 +141,14 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
     return pairs, {"pairs": len(pairs), "labels": dict(Counter(p["label"] for p in pairs)), "by_bucket": counts}
 
 
-def eval_pairs(args: NLIDataArgs, split: str = "dev") -> dict[str, list[dict[str, Any]]]:
+def eval_pairs(args: NLIDataArgs, split: str = "dev", capped: bool = True) -> dict[str, list[dict[str, Any]]]:
+    """Per evaluation source, its pairs of ``split`` in a seeded order; ``capped``: the first
+    ``max_eval_per_source``."""
     out = {}
     for name in args.eval_sources:
         rows = claim_pairs(Path(args.prepared_dir), name, split, args.evidence_titles)
         rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
-        out[name] = rows[: args.max_eval_per_source]
+        out[name] = rows[: args.max_eval_per_source] if capped else rows
     return out
 
 
@@ -400,6 +409,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         run = start_arguments(training, stats["starts"]["chosen"])
     trainer = trainer_for(run)
     trainer.train(resume_from_checkpoint=last_checkpoint(run.output_dir))
+    if args.label_offsets:  # after the checkpoints: a rerun of a finished run fits them again from the same model
+        stats["label_offsets"] = fold_label_offsets(trainer, tokenizer, args)
     final = Path(training.output_dir) / "model"
     trainer.save_model(str(final))
     tokenizer.save_pretrained(final)
@@ -442,13 +453,42 @@ def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict
         metrics={name: {k.removeprefix(f"{name}_"): v for k, v in r.items() if k.endswith(("accuracy", "macro_f1"))}
                  for name, r in results.items()},
         notes=[*(["QUICK run (the demo's fallback, at most 150 steps): not the real verifier"] if args.quick else []),
-               *([starts_note(stats["starts"])] if "starts" in stats else [])])
+               *([starts_note(stats["starts"])] if "starts" in stats else []),
+               *([offsets_note(stats["label_offsets"])] if "label_offsets" in stats else [])])
 
 
 def starts_note(starts: dict[str, Any]) -> str:
     scores = ", ".join(f"seed {seed} {value:.3f}" for seed, value in sorted(starts["scores"].items()))
     return (f"{len(starts['scores'])} starts compared on {starts['metric']} at step {starts['step']} ({scores}); "
             f"seed {starts['chosen']} was trained to the end")
+
+
+def fold_label_offsets(trainer: Any, tokenizer: Any, args: NLIDataArgs) -> dict[str, Any]:
+    """Fit per-label offsets on the whole calib split of each evaluation source (the trainer's model's logits) and
+    fold them into its head (``train/label_offsets.py``); what was fitted, and the calib objective before/after."""
+    label2id = {v: k for k, v in ID2LABEL.items()}
+    sets = {}
+    for name, rows in eval_pairs(args, "calib", capped=False).items():
+        if rows:
+            logits = trainer.predict(_tokenize(tokenizer, rows, args.max_length)).predictions
+            sets[name] = (log_probabilities(logits), np.array([label2id[r["label"]] for r in rows]))
+    if not sets:
+        raise ValueError("label_offsets: no calib pairs to fit them on")
+    offsets = fit_label_offsets(sets)
+    fold_into_head(trainer.model, offsets)
+    trainer.model.config.veracity_label_offsets = [float(x) for x in offsets]
+    record = {"offsets": dict(zip(NLI_LABELS, (float(x) for x in offsets), strict=True)),
+              "calib_pairs": {name: len(gold) for name, (_, gold) in sets.items()},
+              "calib_objective": [objective(sets, np.zeros(3)), objective(sets, offsets)]}
+    logger.info("label offsets fitted on calib: %s", json.dumps(record))
+    return record
+
+
+def offsets_note(record: dict[str, Any]) -> str:
+    shifts = ", ".join(f"{label} {value:+.2f}" for label, value in record["offsets"].items())
+    before, after = record["calib_objective"]
+    return (f"label offsets fitted on calib and folded into the head's bias: {shifts} (calib mean of (accuracy + "
+            f"macro-F1) / 2 over sources {before:.3f} → {after:.3f})")
 
 
 def install(folder: Path, report: dict[str, Any]) -> Path:
