@@ -673,6 +673,7 @@ def test_nli_starts_train_each_seed_to_the_start_step_and_finish_the_best(
 
 def test_nli_label_offsets_are_fitted_on_calib_and_shift_every_logit(
         prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path) -> None:
+    import numpy as np
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -682,7 +683,8 @@ def test_nli_label_offsets_are_fitted_on_calib_and_shift_every_logit(
         return main(["--prepared_dir", str(prepared_dir), "--init", str(tiny_encoder_dir / ".." / "hf"),
                      "--eval_sources", "vitaminc", "fever_symmetric", "--output_dir", str(tmp_path / folder),
                      "--max_steps", "1", "--learning_rate", "0.0", "--report_to", "none", "--use_cpu", "true",
-                     "--install", "false", "--max_length", "64", "--seed", "3", *extra])
+                     "--install", "false", "--max_length", "64", "--seed", "3",
+                     "--train_sampling_strategy", "group_by_length", *extra])  # which reorders evaluation sets too
 
     run("plain")
     report = run("offsets", "--label_offsets", "true")
@@ -691,6 +693,18 @@ def test_nli_label_offsets_are_fitted_on_calib_and_shift_every_logit(
     assert offsets[0] == 0 and set(record["calib_pairs"]) <= {"vitaminc", "fever_symmetric"}
     before, after = record["calib_objective"]
     assert after >= before and (after > before) == any(offsets)  # a shift is kept only where it helps on calib
+    # the objective it started from is the plain model's on calib, each pair scored with its own gold label
+    from veracity.models.nli import NLIVerifier
+    from veracity.train.label_offsets import objective
+    from veracity.train.nli import NLIDataArgs, eval_pairs
+
+    plain = NLIVerifier(str(tmp_path / "plain" / "model"), backend="torch")
+    calib = eval_pairs(NLIDataArgs(prepared_dir=str(prepared_dir), eval_sources=["vitaminc", "fever_symmetric"]),
+                       "calib", capped=False)
+    sets = {name: (np.log(plain.predict([r["premise"] for r in rows], [r["hypothesis"] for r in rows])),
+                   np.array([("entailment", "neutral", "contradiction").index(r["label"]) for r in rows]))
+            for name, rows in calib.items() if rows}
+    assert abs(objective(sets, np.zeros(3)) - before) < 1e-6
     config = json.loads((tmp_path / "offsets" / "model" / "config.json").read_text())
     assert config["veracity_label_offsets"] == offsets
     assert "label offsets fitted on calib" in (tmp_path / "offsets" / "model" / "README.md").read_text()
@@ -724,3 +738,33 @@ def test_fold_into_head_moves_the_output_bias_of_a_roberta_style_head() -> None:
     assert torch.allclose(after - before, torch.tensor([[0.0, 0.5, -0.25]]), atol=1e-6)
     logp = log_probabilities(np.array([[1.0, 2.0, 3.0]]))
     assert np.isclose(np.exp(logp).sum(), 1.0) and np.allclose(logp - logp[0, 0], [[0.0, 1.0, 2.0]])
+
+
+def test_label_offsets_pair_each_calib_prediction_with_its_own_label(tiny_encoder_dir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # Trainer.predict returns a group_by_length run's predictions in length order, label_ids in the same order: the
+    # fit must take the labels from there, not from the rows' order (a shuffled pairing scores a perfect model low).
+    from types import SimpleNamespace
+
+    import numpy as np
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from veracity.train import nli
+
+    init = tiny_encoder_dir / ".." / "hf"
+    rows = [{"premise": "A dog runs in the park.", "hypothesis": "An animal moves.", "label": "entailment"},
+            {"premise": "Paris is in France.", "hypothesis": "Paris is in Spain.", "label": "contradiction"},
+            {"premise": "It rained.", "hypothesis": "The match was cancelled.", "label": "neutral"},
+            {"premise": "The sun is a star.", "hypothesis": "The sun is a planet.", "label": "contradiction"}]
+    monkeypatch.setattr(nli, "eval_pairs", lambda args, split, capped=True: {"vitaminc": rows})
+
+    class LengthOrderTrainer:
+        model = AutoModelForSequenceClassification.from_pretrained(init, num_labels=3)
+
+        def predict(self, dataset):  # noqa: ANN001, ANN202 - a perfect model's logits, in reversed order
+            labels = np.array(dataset["label"])[::-1]
+            return SimpleNamespace(predictions=np.eye(3)[labels] * 5.0, label_ids=labels)
+
+    args = nli.NLIDataArgs(eval_sources=["vitaminc"], max_length=64)
+    record = nli.fold_label_offsets(LengthOrderTrainer(), AutoTokenizer.from_pretrained(init), args)
+    assert record["calib_objective"] == [1.0, 1.0] and not any(record["offsets"].values())

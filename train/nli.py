@@ -466,12 +466,11 @@ def starts_note(starts: dict[str, Any]) -> str:
 def fold_label_offsets(trainer: Any, tokenizer: Any, args: NLIDataArgs) -> dict[str, Any]:
     """Fit per-label offsets on the whole calib split of each evaluation source (the trainer's model's logits) and
     fold them into its head (``train/label_offsets.py``); what was fitted, and the calib objective before/after."""
-    label2id = {v: k for k, v in ID2LABEL.items()}
     sets = {}
     for name, rows in eval_pairs(args, "calib", capped=False).items():
-        if rows:
-            logits = trainer.predict(_tokenize(tokenizer, rows, args.max_length)).predictions
-            sets[name] = (log_probabilities(logits), np.array([label2id[r["label"]] for r in rows]))
+        if rows:  # labels as predict returns them: with group_by_length it reorders evaluation sets by length too
+            output = trainer.predict(_tokenize(tokenizer, rows, args.max_length))
+            sets[name] = (log_probabilities(output.predictions), np.asarray(output.label_ids))
     if not sets:
         raise ValueError("label_offsets: no calib pairs to fit them on")
     offsets = fit_label_offsets(sets)
