@@ -717,6 +717,11 @@ def test_nli_label_offsets_are_fitted_on_calib_and_shift_every_logit(
         with torch.inference_mode():
             logits[folder] = model(**batch).logits
     assert torch.allclose(logits["offsets"] - logits["plain"], torch.tensor(offsets).expand(2, 3), atol=1e-5)
+    # a run continuing from the folded head trains over it: its config does not claim the offsets
+    main(["--prepared_dir", str(prepared_dir), "--init", str(tmp_path / "offsets" / "model"), "--eval_sources",
+          "vitaminc", "--output_dir", str(tmp_path / "continued"), "--max_steps", "1", "--report_to", "none",
+          "--use_cpu", "true", "--install", "false", "--max_length", "64"])
+    assert "veracity_label_offsets" not in json.loads((tmp_path / "continued" / "model" / "config.json").read_text())
 
 
 def test_fold_into_head_moves_the_output_bias_of_a_roberta_style_head() -> None:

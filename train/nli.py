@@ -396,6 +396,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         model.config.veracity_evidence_titles = args.evidence_titles
         model.config.veracity_max_length = args.max_length
         model.config.veracity_truncation = "only_first"  # the premise (evidence) side, as _tokenize cuts it
+        if hasattr(model.config, "veracity_label_offsets"):  # continuing from a folded head: trained over from here
+            del model.config.veracity_label_offsets
         return _trainer_class()(
             model=model, args=run, head_learning_rate=args.head_learning_rate,
             length_batch_order=args.length_batch_order, length_group_batches=args.length_group_batches,
