@@ -11,12 +11,12 @@ windowed pairs here, to each window's logits in the folded head, so the two can 
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
+from veracity.data_prep.readers import read_jsonl
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY
 from veracity.train.label_offsets import fit_label_offsets, scores
 
@@ -27,8 +27,7 @@ def read_predictions(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Source → (log-probabilities ``(n, 3)`` in :data:`LABELS` order, gold label indices) of an
     ``eval checkpoint --kind nli`` predictions.jsonl."""
     rows: dict[str, list[dict]] = defaultdict(list)
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        row = json.loads(line)
+    for number, row in read_jsonl(path):  # the project's JSONL reader: a bad line names file and line
         if "probabilities" not in row:
             raise SystemExit(f"{path}:{number}: field 'probabilities' missing (not an NLI evaluation)")
         rows[row["source"]].append(row)

@@ -15,6 +15,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+from scipy.special import log_softmax
 
 from veracity.data_prep.schema import NLI_LABELS
 from veracity.infer.metrics import accuracy, macro_f1
@@ -49,9 +50,8 @@ def fit_label_offsets(sets: Sets, span: float = 1.5, step: float = 0.05) -> np.n
 
 
 def log_probabilities(logits: np.ndarray) -> np.ndarray:
-    """Row-wise log-softmax."""
-    shifted = logits - logits.max(1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    """Row-wise log-softmax of a head's logits (``(n, labels)``)."""
+    return log_softmax(logits, axis=1)
 
 
 def fold_into_head(model: Any, offsets: np.ndarray) -> None:
