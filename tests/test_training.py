@@ -320,6 +320,27 @@ def test_nli_training_pairs_keep_evaluation_claims_out(prepared_dir: Path) -> No
         p["premise"] for p in pairs if p["id"].startswith("nli_")]  # NLI pairs have no titles: unchanged
 
 
+def test_nli_repeats_upsample_one_bucket_after_its_cap(prepared_dir: Path) -> None:
+    from veracity.train.nli import NLIDataArgs, training_pairs
+
+    args = NLIDataArgs(prepared_dir=str(prepared_dir), claim_sources=["vitaminc"], cap_per_source_label=1000)
+    _, plain_stats = training_pairs(args)
+    bucket = next(k for k in plain_stats["by_bucket"] if k.startswith("vitaminc/"))
+    source, label = bucket.split("/")
+    more, stats = training_pairs(dataclasses.replace(args, repeats=[f"{bucket}=3"], caps=[f"{source}=1"]))
+    assert stats["by_bucket"][bucket] == 3 and stats["pairs"] == len(more)
+    copies = [p for p in more if not p["id"].startswith("nli_") and p["label"] == label]
+    assert len({p["id"].split("#")[0] for p in copies}) == 1  # one pair ...
+    assert len({p["id"] for p in copies}) == 3  # ... three times, each copy with its own id (its own place)
+    assert len({(p["premise"], p["hypothesis"], p["label"]) for p in copies}) == 1
+    assert all(stats["by_bucket"][k] == min(n, 1) for k, n in plain_stats["by_bucket"].items()
+               if k.startswith(source) and k != bucket)  # the rest of the source: capped, once
+    with pytest.raises(ValueError, match="repeats: 'vitaminc' is not"):
+        training_pairs(dataclasses.replace(args, repeats=["vitaminc"]))
+    with pytest.raises(ValueError, match="repeated 0 times"):
+        training_pairs(dataclasses.replace(args, repeats=["vitaminc=0"]))
+
+
 def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from veracity.models.nli import NLIVerifier
@@ -447,6 +468,8 @@ def test_verifier_stages_chain() -> None:
     assert parsed[0].starts == 3 and parsed[0].start_steps == 200
     assert [args.starts for args in parsed[1:]] == [1] * (len(parsed) - 1)
     assert {args.length_batch_order for args in parsed} == {"shuffled"}
+    # the last phase repeats SufficientFacts-VitaminC's pairs (without it that set stayed below stage 3)
+    assert parsed[-1].repeats == ["sufficient_facts_vitaminc=3"] and not parsed[0].repeats
 
 
 def test_dpo_rejected_mined_from_the_sft_model_only_where_the_verifier_disagrees(prepared_dir: Path) -> None:

@@ -64,6 +64,9 @@ class NLIDataArgs:
     cap_per_source_label: int = field(default=2500, metadata={"help": "Max training pairs per (source, label)."})
     caps: list[str] = field(default_factory=list, metadata={
         "help": "Per-source caps overriding cap_per_source_label: 'source=N' or 'source/label=N'; N=-1 keeps all."})
+    repeats: list[str] = field(default_factory=list, metadata={
+        "help": "Upsampling after the caps: 'source=N' or 'source/label=N' puts each kept pair of that source (or "
+                "source and label) N times into the epoch; others once."})
     max_eval_per_source: int = field(default=400, metadata={"help": "Dev pairs per source evaluated during training."})
     max_length: int = 192
     head_learning_rate: float = field(default=0.0, metadata={
@@ -100,20 +103,22 @@ def _order(seed: int, key: str) -> int:
     return hash_int(f"{seed}:{key}")
 
 
-def parse_caps(caps: Sequence[str], default: int) -> Any:
-    """``['climate_fever_evidence=-1', 'nli_sick/neutral=300']`` → a function (source, label) → cap (None = all)."""
+def parse_per_bucket(items: Sequence[str], default: int, option: str = "caps") -> Any:
+    """``['climate_fever_evidence=-1', 'nli_sick/neutral=300']`` → a function (source, label) → N, the most
+    specific entry winning (``default`` where none names the bucket)."""
     table: dict[str, int] = {}
-    for item in caps:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not value.strip().lstrip("-").isdigit():
-            raise ValueError(f"caps: {item!r} is not 'source=N' or 'source/label=N'")
+            raise ValueError(f"{option}: {item!r} is not 'source=N' or 'source/label=N'")
         table[key.strip()] = int(value)
+    return lambda source, label: table.get(f"{source}/{label}", table.get(source, default))
 
-    def cap(source: str, label: str) -> int | None:
-        n = table.get(f"{source}/{label}", table.get(source, default))
-        return None if n < 0 else n
 
-    return cap
+def parse_caps(caps: Sequence[str], default: int) -> Any:
+    """``caps`` → a function (source, label) → cap (None = all, from N = -1)."""
+    per_bucket = parse_per_bucket(caps, default)
+    return lambda source, label: None if per_bucket(source, label) < 0 else per_bucket(source, label)
 
 
 def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -132,9 +137,14 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
     pairs = []
     counts: dict[str, int] = {}
     cap = parse_caps(args.caps, args.cap_per_source_label)
+    repeats = parse_per_bucket(args.repeats, 1, "repeats")
     for (name, label), rows in sorted(buckets.items()):
         rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
         kept = rows[: cap(name, label)]
+        times = repeats(name, label)
+        if times < 1:
+            raise ValueError(f"repeats: {name}/{label} is repeated {times} times; use caps to leave pairs out")
+        kept += [{**row, "id": f"{row['id']}#{k}"} for k in range(2, times + 1) for row in kept]
         counts[f"{name}/{label}"] = len(kept)
         pairs += kept
     pairs.sort(key=lambda row: _order(args.seed_data, "shuffle" + row["id"]))
