@@ -328,7 +328,9 @@ def test_nli_repeats_upsample_one_bucket_after_its_cap(prepared_dir: Path) -> No
     bucket = next(k for k in plain_stats["by_bucket"] if k.startswith("vitaminc/"))
     source, label = bucket.split("/")
     more, stats = training_pairs(dataclasses.replace(args, repeats=[f"{bucket}=3"], caps=[f"{source}=1"]))
-    assert stats["by_bucket"][bucket] == 3 and stats["pairs"] == len(more)
+    assert stats["by_bucket"][bucket] == 1 and stats["repeats"] == {bucket: 3}  # distinct pairs, and the factor
+    assert stats["pairs"] == len(more) == sum(stats["by_bucket"].values()) + 2
+    assert "repeats" not in plain_stats
     copies = [p for p in more if not p["id"].startswith("nli_") and p["label"] == label]
     assert len({p["id"].split("#")[0] for p in copies}) == 1  # one pair ...
     assert len({p["id"] for p in copies}) == 3  # ... three times, each copy with its own id (its own place)
@@ -351,7 +353,8 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
     report = main(["--prepared_dir", str(prepared_dir), "--init", str(tiny_encoder_dir / ".." / "hf"),
                    "--eval_sources", "vitaminc", "fever_symmetric", "--output_dir", str(tmp_path / "run"),
                    "--max_steps", "3", "--per_device_train_batch_size", "4", "--learning_rate", "0.001",
-                   "--report_to", "none", "--use_cpu", "true", "--quick", "true", "--max_length", "64"])
+                   "--report_to", "none", "--use_cpu", "true", "--quick", "true", "--max_length", "64",
+                   "--repeats", "vitaminc=2"])
     assert report["quick"] and report["train"]["pairs"] > 0
     assert report["dev"] and set(report["dev"]) <= {"vitaminc", "fever_symmetric"}  # sources with dev pairs
     installed = resolve_model("nli_verifier")
@@ -364,6 +367,7 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
     assert "library_name: transformers" in card and "veracity train nli --prepared_dir" in card
     assert "- `vitaminc`: " in card and "evaluated on its dev split" in card and "licence: not stated" in card
     assert "QUICK run" in card and all(f"| {name}/macro_f1 |" in card for name in report["dev"])
+    assert "(each 2 times)" in card.split("- `vitaminc`: ")[1].split("\n")[0]  # the repeats, in the Data section
     # Stage 2 continues from the stage-1 verifier: its 3-way head is kept, the caps pick the mix.
     import torch
 

@@ -136,19 +136,23 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
             buckets[(name, pair["label"])].append(pair)
     pairs = []
     counts: dict[str, int] = {}
+    repeated: dict[str, int] = {}
     cap = parse_caps(args.caps, args.cap_per_source_label)
     repeats = parse_per_bucket(args.repeats, 1, "repeats")
     for (name, label), rows in sorted(buckets.items()):
         rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
         kept = rows[: cap(name, label)]
+        counts[f"{name}/{label}"] = len(kept)
         times = repeats(name, label)
         if times < 1:
             raise ValueError(f"repeats: {name}/{label} is repeated {times} times; use caps to leave pairs out")
-        kept += [{**row, "id": f"{row['id']}#{k}"} for k in range(2, times + 1) for row in kept]
-        counts[f"{name}/{label}"] = len(kept)
-        pairs += kept
+        if times > 1:
+            repeated[f"{name}/{label}"] = times
+        pairs += kept + [{**row, "id": f"{row['id']}#{k}"} for k in range(2, times + 1) for row in kept]
     pairs.sort(key=lambda row: _order(args.seed_data, "shuffle" + row["id"]))
-    return pairs, {"pairs": len(pairs), "labels": dict(Counter(p["label"] for p in pairs)), "by_bucket": counts}
+    # by_bucket: distinct pairs kept; pairs and labels: what one epoch sees, repeats included
+    stats = {"pairs": len(pairs), "labels": dict(Counter(p["label"] for p in pairs)), "by_bucket": counts}
+    return pairs, {**stats, "repeats": repeated} if repeated else stats
 
 
 def eval_pairs(args: NLIDataArgs, split: str = "dev", capped: bool = True) -> dict[str, list[dict[str, Any]]]:
@@ -452,7 +456,8 @@ def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict
     by_source: dict[str, list[str]] = defaultdict(list)
     for bucket, n in stats["by_bucket"].items():
         source, label = bucket.rsplit("/", 1)
-        by_source[source].append(f"{label} {n}")
+        times = stats.get("repeats", {}).get(bucket, 1)
+        by_source[source].append(f"{label} {n}" + (f" (each {times} times)" if times > 1 else ""))
     data = {source: f"train split, {', '.join(parts)} pairs" for source, parts in sorted(by_source.items())}
     for name in args.eval_sources:
         used = "evaluated on its dev split (calib: checkpoint choice)"
