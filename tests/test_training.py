@@ -341,6 +341,23 @@ def test_nli_repeats_upsample_one_bucket_after_its_cap(prepared_dir: Path) -> No
         training_pairs(dataclasses.replace(args, repeats=["vitaminc"]))
     with pytest.raises(ValueError, match="repeated 0 times"):
         training_pairs(dataclasses.replace(args, repeats=["vitaminc=0"]))
+    with pytest.raises(ValueError, match="'vitamin_c=2' names no source"):
+        training_pairs(dataclasses.replace(args, repeats=["vitamin_c=2"]))
+
+
+def test_nli_bad_repeats_is_one_error_line_before_anything_is_written(prepared_dir: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from veracity import cli
+
+    out = tmp_path / "run"
+    for bad, message in (("vitamin_c=2", "error: repeats: 'vitamin_c=2' names no source"),
+                         ("vitaminc=two", "error: repeats: 'vitaminc=two' is not 'source=N'")):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(["train", "nli", "--prepared_dir", str(prepared_dir), "--output_dir", str(out),
+                      "--repeats", bad, "--use_cpu", "true", "--report_to", "none"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and err[-1].startswith(message), err
+        assert not out.exists()
 
 
 def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path,

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from veracity.config import make_parser as parser_for
+from veracity.data_prep.errors import InputError
 from veracity.data_prep.prepared import prepared_names, read_prepared
 from veracity.data_prep.schema import NLI_LABELS, TERNARY_TO_NLI, ClaimExample
 from veracity.data_prep.splits import hash_int
@@ -110,7 +111,7 @@ def parse_per_bucket(items: Sequence[str], default: int, option: str = "caps") -
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not value.strip().lstrip("-").isdigit():
-            raise ValueError(f"{option}: {item!r} is not 'source=N' or 'source/label=N'")
+            raise InputError(f"{option}: {item!r} is not 'source=N' or 'source/label=N'")
         table[key.strip()] = int(value)
     return lambda source, label: table.get(f"{source}/{label}", table.get(source, default))
 
@@ -134,6 +135,10 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
     for name in args.claim_sources:
         for pair in claim_pairs(prepared, name, "train", args.evidence_titles):
             buckets[(name, pair["label"])].append(pair)
+    known = {name for name, _ in buckets} | {f"{name}/{label}" for name, label in buckets}
+    for item in args.repeats:  # a misspelt source would otherwise repeat nothing, silently
+        if item.partition("=")[0].strip() not in known:
+            raise InputError(f"repeats: {item!r} names no source or source/label of the training pairs")
     pairs = []
     counts: dict[str, int] = {}
     repeated: dict[str, int] = {}
@@ -145,7 +150,7 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
         counts[f"{name}/{label}"] = len(kept)
         times = repeats(name, label)
         if times < 1:
-            raise ValueError(f"repeats: {name}/{label} is repeated {times} times; use caps to leave pairs out")
+            raise InputError(f"repeats: {name}/{label} is repeated {times} times; use caps to leave pairs out")
         if times > 1:
             repeated[f"{name}/{label}"] = times
         pairs += kept + [{**row, "id": f"{row['id']}#{k}"} for k in range(2, times + 1) for row in kept]
@@ -381,11 +386,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
         training.max_steps = min(training.max_steps if training.max_steps > 0 else 150, 150)
         args.max_eval_per_source = min(args.max_eval_per_source, 100)
+    pairs, stats = training_pairs(args)  # first: a bad caps / repeats entry stops the run before it writes anything
     write_run_config(training.output_dir, args, training, job="train nli")
     init = initial_model(args.init)
     check_label_order(init)
     tokenizer = AutoTokenizer.from_pretrained(init)
-    pairs, stats = training_pairs(args)
     logger.info("training pairs: %s", json.dumps({k: stats[k] for k in ("pairs", "labels")}))
     # Checkpoints are chosen on the calib split (all evaluation sources pooled); dev is only reported.
     calib = [r for rows in eval_pairs(args, "calib").values() for r in rows]
