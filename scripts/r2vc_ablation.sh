@@ -5,7 +5,7 @@
 # is missing: `veracity prep` and the training sets, the embedded verifier (scripts/train_verifier.sh, ≈ 1 h: the
 # pre-built fallback of ../shared/models was trained on the pre-fix splits, which put dev claims in its training
 # data), and the SFT / DPO generators of docs/training.md#sft-and-dpo (runs/train/{sft,dpo}_smollm2/merged, ≈ 36 min).
-# Measured here: 100 min without generators or caches (the verifier in place), 2 min after a verifier change.
+# Measured here: 58-100 min without generators or caches (the verifier in place), 2 min after a verifier change.
 # Generation is cached (runs/cache/r2vc_embedded.sqlite): the ablations replay the full run's candidates and only
 # re-decide, so a rerun after a verifier change costs the verifier and the calibrators, not the generator (move the
 # earlier rows and calibrator runs aside first: a run refuses to resume under another verifier).
