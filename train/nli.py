@@ -104,22 +104,33 @@ def _order(seed: int, key: str) -> int:
     return hash_int(f"{seed}:{key}")
 
 
-def parse_per_bucket(items: Sequence[str], default: int, option: str = "caps") -> Any:
-    """``['climate_fever_evidence=-1', 'nli_sick/neutral=300']`` → a function (source, label) → N, the most
-    specific entry winning (``default`` where none names the bucket)."""
+def parse_per_bucket(items: Sequence[str], option: str) -> dict[str, int]:
+    """``['climate_fever_evidence=-1', 'nli_sick/neutral=300']`` → ``{'climate_fever_evidence': -1, ...}`` (the
+    entries of option ``option``; read with :func:`bucket_value`)."""
     table: dict[str, int] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not value.strip().lstrip("-").isdigit():
             raise InputError(f"{option}: {item!r} is not 'source=N' or 'source/label=N'")
         table[key.strip()] = int(value)
-    return lambda source, label: table.get(f"{source}/{label}", table.get(source, default))
+    return table
+
+
+def bucket_value(table: dict[str, int], source: str, label: str, default: int) -> int:
+    """The most specific entry of a :func:`parse_per_bucket` table for (source, label): 'source/label', then
+    'source', then ``default``."""
+    return table.get(f"{source}/{label}", table.get(source, default))
 
 
 def parse_caps(caps: Sequence[str], default: int) -> Any:
     """``caps`` → a function (source, label) → cap (None = all, from N = -1)."""
-    per_bucket = parse_per_bucket(caps, default)
-    return lambda source, label: None if per_bucket(source, label) < 0 else per_bucket(source, label)
+    table = parse_per_bucket(caps, "caps")
+
+    def cap(source: str, label: str) -> int | None:
+        n = bucket_value(table, source, label, default)
+        return None if n < 0 else n
+
+    return cap
 
 
 def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -135,22 +146,22 @@ def training_pairs(args: NLIDataArgs) -> tuple[list[dict[str, Any]], dict[str, A
     for name in args.claim_sources:
         for pair in claim_pairs(prepared, name, "train", args.evidence_titles):
             buckets[(name, pair["label"])].append(pair)
+    cap = parse_caps(args.caps, args.cap_per_source_label)
+    repeats = parse_per_bucket(args.repeats, "repeats")
     known = {name for name, _ in buckets} | {f"{name}/{label}" for name, label in buckets}
-    for item in args.repeats:  # a misspelt source would otherwise repeat nothing, silently
-        if item.partition("=")[0].strip() not in known:
-            raise InputError(f"repeats: {item!r} names no source or source/label of the training pairs")
+    for key, times in repeats.items():  # a misspelt source would otherwise repeat nothing, silently
+        if key not in known:
+            raise InputError(f"repeats: '{key}={times}' names no source or source/label of the training pairs")
+        if times < 1:
+            raise InputError(f"repeats: {key} is repeated {times} times; use caps to leave pairs out")
     pairs = []
     counts: dict[str, int] = {}
     repeated: dict[str, int] = {}
-    cap = parse_caps(args.caps, args.cap_per_source_label)
-    repeats = parse_per_bucket(args.repeats, 1, "repeats")
     for (name, label), rows in sorted(buckets.items()):
         rows.sort(key=lambda row: _order(args.seed_data, row["id"]))
         kept = rows[: cap(name, label)]
         counts[f"{name}/{label}"] = len(kept)
-        times = repeats(name, label)
-        if times < 1:
-            raise InputError(f"repeats: {name}/{label} is repeated {times} times; use caps to leave pairs out")
+        times = bucket_value(repeats, name, label, 1)
         if times > 1:
             repeated[f"{name}/{label}"] = times
         pairs += kept + [{**row, "id": f"{row['id']}#{k}"} for k in range(2, times + 1) for row in kept]
