@@ -26,7 +26,7 @@ import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
 from veracity.models.fingerprint import model_fingerprint
-from veracity.models.onnx_runtime import BACKENDS, OnnxSession, export_model, has_onnx
+from veracity.models.onnx_runtime import BACKENDS, OnnxSession, export_model, graph_tag, has_onnx
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.registry import resolve_model
 
@@ -146,9 +146,9 @@ class NLIVerifier:
 
     @property
     def model_id(self) -> str:
-        """The model folder with its content fingerprint, and the backend when it is not torch (an INT8 graph
-        scores differently): what run records and caches name it by."""
-        suffix = "" if self.backend == "torch" else f"+{self.backend}"
+        """The model folder with its content fingerprint, and the backend when it is not torch with its graph's
+        export (an INT8 graph scores differently): what run records and caches name it by."""
+        suffix = "" if self.backend == "torch" else f"+{graph_tag(self.backend)}"
         return f"{self.folder}#{model_fingerprint(self.folder)}{suffix}"
 
     def predict(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:

@@ -3,15 +3,20 @@
 ``NLIVerifier`` (any sequence-classification cross-encoder) and ``DenseEncoder`` (a sentence-transformers encoder)
 can run as an ONNX graph instead of torch: on these CPUs that removes torch's per-op overhead, and dynamic INT8
 quantization of the linear layers (``onnxruntime.quantization.quantize_dynamic``) roughly halves the work again.
-The export is made on first use and kept in ``<cache>/onnx/<fingerprint>/`` with a ``fingerprint.txt``: a model
-retrained in place gets a new fingerprint, so its old graph is never found, and a graph whose recorded
-fingerprint does not match (a stale or hand-copied file) is rebuilt, never used.
+A BERT-family graph is exported with eager attention and fused by ONNX Runtime's transformer optimizer (one
+``Attention`` node per layer, ``EmbedLayerNormalization``, ``SkipLayerNormalization``, ``BiasGelu``) before it is
+quantized, so INT8 gets ``QAttention`` too. The export is made on first use and kept in
+``<cache>/onnx/<fingerprint>/`` with a ``fingerprint.txt`` (the weights' fingerprint and the export recipe): a model
+retrained in place gets a new fingerprint, so its old graph is never found, and a graph whose recorded fingerprint
+or recipe does not match (a stale or hand-copied file, an older export, another CPU's quantization) is rebuilt,
+never used.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +39,85 @@ def onnx_dir(folder: Path, fingerprint: str) -> Path:
 
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+# Architectures whose graphs ONNX Runtime's BERT fusion is checked on (tests/test_nli_onnx.py: the fused graph scores
+# as torch does); others are exported unfused.
+FUSED_MODEL_TYPES = ("bert",)
+
+
+@cache
+def has_vnni() -> bool:
+    """Whether this CPU has VNNI (AVX512-VNNI or AVX-VNNI), read from ``/proc/cpuinfo``; False where unknown."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+EXPORT_VERSION = 2  # 2: eager attention + BERT fusion, INT8 range by CPU; 1: SDPA export, unfused, 7-bit INT8
+
+
+def recipe() -> str:
+    """How this machine exports: the export version and the INT8 range. Without VNNI the u8×s8 products of dynamic
+    quantization saturate at 8 bits, so weights get 7-bit ranges (``reduce_range``; ONNX Runtime's quantization
+    guide); with VNNI full 8-bit ranges are exact and score closer to fp32."""
+    return f"export {EXPORT_VERSION}, int8 per-channel, reduce_range={not has_vnni()}"
+
+
+def graph_tag(backend: str) -> str:
+    """What names the graph of ``backend`` in a model id: the export version, and the INT8 weights' range."""
+    bits = f"-int{7 if not has_vnni() else 8}" if backend == "onnx_int8" else ""
+    return f"{backend}@export{EXPORT_VERSION}{bits}"
+
+
+def stamp(fingerprint: str) -> str:
+    """The content of ``fingerprint.txt`` for a graph of the weights with ``fingerprint`` made by :func:`recipe`."""
+    return f"{fingerprint}\n{recipe()}\n"
+
+
+def transformer_of(model: Any) -> Any:
+    """The transformers model inside ``model`` (itself, or a sentence-transformers encoder's ``auto_model``)."""
+    from transformers import PreTrainedModel  # lazy: seconds, and only an export needs it
+
+    return next(m for m in model.modules() if isinstance(m, PreTrainedModel))
+
+
+def eager_copy(model: Any) -> tuple[Any, Any]:
+    """A copy of ``model`` with eager (matmul + softmax) attention, the pattern ONNX Runtime's fusion recognises
+    (the SDPA export it does not), and its transformers config. A copy: switching the caller's model to eager, tracing
+    it and switching back leaves its SDPA forward wrong (transformers 5.24: logits off by 0.3)."""
+    import copy
+
+    twin = copy.deepcopy(model)
+    inner = transformer_of(twin)
+    inner.set_attn_implementation("eager")
+    return twin, inner.config
+
+
+def fuse(path: Path, config: Any) -> bool:
+    """Rewrite the graph at ``path`` with ONNX Runtime's transformer fusions when its architecture is in
+    :data:`FUSED_MODEL_TYPES` (Python fusion only, ``opt_level=0``: no CPU-specific nodes in the file); whether it
+    did."""
+    if config.model_type not in FUSED_MODEL_TYPES:
+        return False
+    from onnxruntime.transformers.optimizer import optimize_model  # lazy, as onnxruntime
+
+    graph = optimize_model(str(path), model_type="bert", num_heads=config.num_attention_heads,
+                           hidden_size=config.hidden_size, opt_level=0)
+    graph.save_model_to_file(str(path))
+    return True
 
 
 def export(model: Any, sample: dict[str, Any], target: Path, fingerprint: str,
            head: Callable[[Any, dict[str, Any]], Any]) -> Path:
-    """Write ``model.onnx`` (fp32, dynamic batch and sequence axes) and ``model.int8.onnx`` (dynamic INT8
-    quantization of its MatMuls) into ``target``, with ``fingerprint.txt``; atomically (all or nothing).
+    """Write ``model.onnx`` (fp32, dynamic batch and sequence axes; fused, see :func:`fuse`) and ``model.int8.onnx``
+    (dynamic INT8 quantization of its MatMuls and attention) into ``target``, with ``fingerprint.txt``
+    (:func:`stamp`); atomically (all or nothing).
 
     ``sample`` is one tokenizer output (PyTorch tensors); ``head(model, features)`` is the tensor the graph returns:
     a cross-encoder's logits (:func:`classifier_head`) or an encoder's sentence embeddings (:func:`encoder_head`).
     """
+    import onnx
     import torch  # lazy, as onnxruntime: seconds, and only an export needs them
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -60,15 +134,17 @@ def export(model: Any, sample: dict[str, Any], target: Path, fingerprint: str,
 
     with atomic_directory(target, f"ONNX export of {fingerprint}") as tmp:
         fp32 = Path(tmp) / FILES["onnx"]
+        twin, config = eager_copy(model)
         with torch.inference_mode():
-            torch.onnx.export(Graph(model.eval()), tuple(sample[n] for n in names), str(fp32), input_names=names,
+            torch.onnx.export(Graph(twin.eval()), tuple(sample[n] for n in names), str(fp32), input_names=names,
                               output_names=["output"], dynamic_axes={**axes, "output": {0: "batch"}},
                               opset_version=17, dynamo=False)
-        # per-channel weights, and 7-bit ranges: without VNNI (AVX2-only CPUs such as these) the u8×s8 products
-        # saturate at 8 bits (ONNX Runtime's quantization guide)
+        fuse(fp32, config)
+        # per-channel weights; the fused nodes carry no type information the quantizer can infer: float
         quantize_dynamic(str(fp32), str(Path(tmp) / FILES["onnx_int8"]), weight_type=QuantType.QInt8,
-                         per_channel=True, reduce_range=True)
-        (Path(tmp) / "fingerprint.txt").write_text(fingerprint + "\n")
+                         per_channel=True, reduce_range=not has_vnni(),
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        (Path(tmp) / "fingerprint.txt").write_text(stamp(fingerprint))
     logger.info("exported %s to ONNX (fp32 + INT8) in %s", fingerprint, target)
     return target
 
@@ -95,9 +171,10 @@ def current_graphs(folder: Path, build: Callable[[Path, str], Any]) -> Path:
 
 
 def is_current(target: Path, fingerprint: str) -> bool:
-    """Whether ``target`` holds both graphs made from the weights with ``fingerprint``."""
-    stamp = target / "fingerprint.txt"
-    return (stamp.is_file() and stamp.read_text().strip() == fingerprint
+    """Whether ``target`` holds both graphs made from the weights with ``fingerprint`` by this machine's
+    :func:`recipe`."""
+    recorded = target / "fingerprint.txt"
+    return (recorded.is_file() and recorded.read_text() == stamp(fingerprint)
             and all((target / name).is_file() for name in FILES.values()))
 
 

@@ -10,7 +10,7 @@ from tiny_models import build_tiny_nli
 
 from veracity.models.fingerprint import model_fingerprint
 from veracity.models.nli import NLIVerifier
-from veracity.models.onnx_runtime import is_current, onnx_dir
+from veracity.models.onnx_runtime import FILES, has_vnni, is_current, onnx_dir, stamp
 
 PREMISES = ["A man plays guitar on a stage in front of a large crowd.", "The sky is green.", "Paris is in France."]
 CLAIMS = ["A person makes music.", "The sky is blue.", "Paris is the capital of Germany."]
@@ -33,12 +33,30 @@ def test_onnx_scores_like_torch(verifier_dir: Path) -> None:
     assert np.allclose(int8, torch_probs, atol=0.05) and not np.allclose(int8, torch_probs, atol=1e-7)
 
 
+def test_the_graphs_are_fused_and_the_torch_model_is_left_as_it_was(verifier_dir: Path) -> None:
+    """A BERT graph gets one fused attention node per layer (QAttention once quantized), exported through eager
+    attention; the torch model it was exported from still scores as before (SDPA)."""
+    import onnx
+
+    before = NLIVerifier(str(verifier_dir), backend="torch").predict(PREMISES, CLAIMS)
+    verifier = NLIVerifier(str(verifier_dir), backend="onnx")  # exports from its own torch model
+    verifier.onnx = None  # the torch forward of the model the graph was exported from
+    assert verifier.model.config._attn_implementation == "sdpa"
+    assert np.allclose(verifier.predict(PREMISES, CLAIMS), before, atol=1e-6)
+    target = onnx_dir(verifier_dir, model_fingerprint(verifier_dir))
+    ops = {name: [n.op_type for n in onnx.load(str(target / file)).graph.node] for name, file in FILES.items()}
+    assert ops["onnx"].count("Attention") == 1 and "EmbedLayerNormalization" in ops["onnx"]
+    assert ops["onnx_int8"].count("QAttention") == 1 and "MatMulInteger" in ops["onnx_int8"]
+    assert (target / "fingerprint.txt").read_text() == stamp(model_fingerprint(verifier_dir))
+
+
 def test_the_backend_is_part_of_the_model_id(verifier_dir: Path) -> None:
     fingerprint = model_fingerprint(verifier_dir)
     assert NLIVerifier(str(verifier_dir)).backend == "torch"  # auto, no graph exported yet: torch, nothing exported
     assert not onnx_dir(verifier_dir, fingerprint).exists()
     assert NLIVerifier(str(verifier_dir), backend="torch").model_id.endswith(fingerprint)
-    assert NLIVerifier(str(verifier_dir), backend="onnx_int8").model_id.endswith(f"{fingerprint}+onnx_int8")
+    int8 = f"{fingerprint}+onnx_int8@export2-int{8 if has_vnni() else 7}"  # the graph's export and weight range
+    assert NLIVerifier(str(verifier_dir), backend="onnx_int8").model_id.endswith(int8)
     assert NLIVerifier(str(verifier_dir)).backend == "onnx"  # auto on a CPU, once a graph exists (just made)
     with pytest.raises(ValueError, match="backend"):
         NLIVerifier(str(verifier_dir), backend="tensorrt")
@@ -52,6 +70,9 @@ def test_a_missing_or_stale_graph_is_rebuilt(verifier_dir: Path) -> None:
     (target / "model.int8.onnx").unlink()  # missing: rebuilt
     NLIVerifier(str(verifier_dir), backend="onnx_int8")
     assert (target / "model.int8.onnx").is_file()
+    (target / "fingerprint.txt").write_text(f"{fingerprint}\n")  # an older export recipe: rebuilt
+    NLIVerifier(str(verifier_dir), backend="onnx")
+    assert is_current(target, fingerprint)
     (target / "fingerprint.txt").write_text("another-model\n")  # stale: rebuilt, not used
     (target / "model.onnx").write_bytes(b"not a graph")
     verifier = NLIVerifier(str(verifier_dir), backend="onnx")
