@@ -371,7 +371,9 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
                    "--eval_sources", "vitaminc", "fever_symmetric", "--output_dir", str(tmp_path / "run"),
                    "--max_steps", "3", "--per_device_train_batch_size", "4", "--learning_rate", "0.001",
                    "--report_to", "none", "--use_cpu", "true", "--quick", "true", "--max_length", "64",
-                   "--repeats", "vitaminc=2"])
+                   "--repeats", "vitaminc=2", "--load_best_model_at_end", "true", "--eval_strategy", "steps",
+                   "--save_strategy", "steps", "--eval_steps", "3", "--save_steps", "3",
+                   "--metric_for_best_model", "eval_calib_macro_f1"])
     assert report["quick"] and report["train"]["pairs"] > 0
     assert report["dev"] and set(report["dev"]) <= {"vitaminc", "fever_symmetric"}  # sources with dev pairs
     installed = resolve_model("nli_verifier")
@@ -384,7 +386,8 @@ def test_nli_training_installs_a_loadable_verifier(prepared_dir: Path, tiny_enco
     assert "library_name: transformers" in card and "veracity train nli --prepared_dir" in card
     assert "- `vitaminc`: " in card and "evaluated on its dev split" in card and "licence: not stated" in card
     assert "QUICK run" in card and all(f"| {name}/macro_f1 |" in card for name in report["dev"])
-    assert "(each 2 times)" in card.split("- `vitaminc`: ")[1].split("\n")[0]  # the repeats, in the Data section
+    vitaminc = card.split("- `vitaminc`: ")[1].split("\n")[0]
+    assert "(each 2 times)" in vitaminc and "(calib: checkpoint choice)" in vitaminc  # the repeats; calib chose
     # Stage 2 continues from the stage-1 verifier: its 3-way head is kept, the caps pick the mix.
     import torch
 
@@ -484,13 +487,16 @@ def test_verifier_stages_chain() -> None:
     # grouped batches in random order in every phase
     from veracity.train.nli import make_parser, parse_training_config
 
-    parsed = [parse_training_config(make_parser(), ["--config", str(repo / "configs/train" / f"{name}.yaml")])[0]
-              for name in recipes]
+    configs = [parse_training_config(make_parser(), ["--config", str(repo / "configs/train" / f"{name}.yaml")])
+               for name in recipes]
+    parsed = [args for args, _ in configs]
     assert parsed[0].starts == 3 and parsed[0].start_steps == 200
     assert [args.starts for args in parsed[1:]] == [1] * (len(parsed) - 1)
     assert {args.length_batch_order for args in parsed} == {"shuffled"}
-    # the last phase repeats SufficientFacts-VitaminC's pairs (without it that set stayed below stage 3)
-    assert parsed[-1].repeats == ["sufficient_facts_vitaminc=3"] and not parsed[0].repeats
+    # the last phase repeats SufficientFacts-VitaminC's pairs five times and keeps its last step (with three times
+    # and the calib-chosen step, that set stayed below stage 3 at S = 19)
+    assert parsed[-1].repeats == ["sufficient_facts_vitaminc=5"] and not parsed[0].repeats
+    assert configs[-1][1].load_best_model_at_end is False and configs[0][1].load_best_model_at_end
 
 
 def test_dpo_rejected_mined_from_the_sft_model_only_where_the_verifier_disagrees(prepared_dir: Path) -> None:
@@ -704,6 +710,7 @@ def test_nli_starts_train_each_seed_to_the_start_step_and_finish_the_best(
     card = (tmp_path / "starts" / "model" / "README.md").read_text()
     assert "2 starts compared on eval_calib_macro_f1 at step 2 (seed 3 " in card
     assert f"seed {chosen} was trained to the end" in card
+    assert "(last step kept)" in card  # the Trainer's default: no load_best_model_at_end, no checkpoint choice
     # A rerun of the finished run trains no start again (their scores are in starts.json).
     assert run("starts", *starts)["train"]["starts"] == report["train"]["starts"]
     # The fresh head's initialisation follows the seed, whatever ran before in the process: lr 0 keeps it.

@@ -16,7 +16,8 @@ back (measured: no gain for the embedded verifier, see docs/results.md#nli-verif
 seeds to an early step and finishes only the best on calib, since whether a fresh head takes off within one epoch
 depends on its seed (docs/results.md). ``label_offsets`` fits per-label logit offsets on calib after training and
 folds them into the head's bias (``train/label_offsets.py``). The run resumes from its last
-checkpoint, keeps the checkpoint with the best macro-F1 on the calib split (dev is only reported), and installs
+checkpoint, keeps the checkpoint with the best macro-F1 on the calib split (dev is only reported; with
+``load_best_model_at_end: false`` the last step, calib then only reported too), and installs
 the result as the embedded verifier (``$VERACITY_CACHE/models/nli-verifier-minilm``, with metrics.json), once
 per machine.
 """
@@ -449,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results = {name: trainer.evaluate(data, metric_key_prefix=name) for name, data in evaluation.items()}
     report = {"quick": args.quick, "init": str(init), "train": stats, "dev": results}
     write_json(Path(training.output_dir) / "metrics.json", report)
-    write_verifier_card(final, args, init, stats, results, argv)
+    write_verifier_card(final, args, init, stats, results, argv, training.load_best_model_at_end)
     mark_completed(training.output_dir, f"NLI verifier in {final}" + (" (QUICK run)" if args.quick else ""))
     if not args.quick:  # CPU inference through ONNX Runtime (NLIVerifier's auto backend finds these graphs)
         export_model(final)
@@ -466,9 +467,9 @@ INIT_HUB_IDS = {"reranker": "cross-encoder/ms-marco-MiniLM-L12-v2",
 
 
 def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict[str, Any],
-                        results: dict[str, Any], argv: Sequence[str] | None) -> Path:
+                        results: dict[str, Any], argv: Sequence[str] | None, chosen_on_calib: bool = True) -> Path:
     """The verifier's model card: base model, the training pairs per source (train split) with their licences,
-    the evaluation sources (dev split), the command and the dev metrics."""
+    the evaluation sources (dev split, and whether calib chose the checkpoint), the command and the dev metrics."""
     by_source: dict[str, list[str]] = defaultdict(list)
     for bucket, n in stats["by_bucket"].items():
         source, label = bucket.rsplit("/", 1)
@@ -476,7 +477,7 @@ def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict
         by_source[source].append(f"{label} {n}" + (f" (each {times} times)" if times > 1 else ""))
     data = {source: f"train split, {', '.join(parts)} pairs" for source, parts in sorted(by_source.items())}
     for name in args.eval_sources:
-        used = "evaluated on its dev split (calib: checkpoint choice)"
+        used = f"evaluated on its dev split ({'calib: checkpoint choice' if chosen_on_calib else 'last step kept'})"
         data[name] = f"{data[name]}; {used}" if name in data else used
     return write_model_card(
         folder, title="veracity NLI verifier (3-way cross-encoder: entailment / neutral / contradiction)",
