@@ -42,6 +42,7 @@ INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # Architectures whose graphs ONNX Runtime's BERT fusion is checked on (tests/test_nli_onnx.py: the fused graph scores
 # as torch does); others are exported unfused.
 FUSED_MODEL_TYPES = ("bert",)
+EXPORT_VERSION = 2  # 2: eager attention + BERT fusion, INT8 range by CPU; 1: SDPA export, unfused, 7-bit INT8
 
 
 @cache
@@ -52,9 +53,6 @@ def has_vnni() -> bool:
     except OSError:
         return False
     return "avx512_vnni" in flags or "avx_vnni" in flags
-
-
-EXPORT_VERSION = 2  # 2: eager attention + BERT fusion, INT8 range by CPU; 1: SDPA export, unfused, 7-bit INT8
 
 
 def recipe() -> str:
@@ -84,8 +82,9 @@ def transformer_of(model: Any) -> Any:
 
 def eager_copy(model: Any) -> tuple[Any, Any]:
     """A copy of ``model`` with eager (matmul + softmax) attention, the pattern ONNX Runtime's fusion recognises
-    (the SDPA export it does not), and its transformers config. A copy: switching the caller's model to eager, tracing
-    it and switching back leaves its SDPA forward wrong (transformers 5.24: logits off by 0.3)."""
+    (the SDPA export it does not), and its transformers config. A copy, because tracing a model with
+    ``torch.onnx.export`` leaves that model's own torch forward wrong afterwards (transformers 5.24, SDPA, padded
+    inputs: logits off by 0.43), and the caller may go on scoring with it."""
     import copy
 
     twin = copy.deepcopy(model)
