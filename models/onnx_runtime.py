@@ -55,16 +55,21 @@ def has_vnni() -> bool:
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
+def int8_bits() -> int:
+    """The range of this machine's INT8 weights. Without VNNI the u8×s8 products of dynamic quantization saturate at
+    8 bits, so weights get 7-bit ranges (``reduce_range``; ONNX Runtime's quantization guide); with VNNI full 8-bit
+    ranges are exact and score closer to fp32."""
+    return 8 if has_vnni() else 7
+
+
 def recipe() -> str:
-    """How this machine exports: the export version and the INT8 range. Without VNNI the u8×s8 products of dynamic
-    quantization saturate at 8 bits, so weights get 7-bit ranges (``reduce_range``; ONNX Runtime's quantization
-    guide); with VNNI full 8-bit ranges are exact and score closer to fp32."""
-    return f"export {EXPORT_VERSION}, int8 per-channel, reduce_range={not has_vnni()}"
+    """How this machine exports: the export version and the INT8 range."""
+    return f"export {EXPORT_VERSION}, int8 per-channel, reduce_range={int8_bits() == 7}"
 
 
 def graph_tag(backend: str) -> str:
     """What names the graph of ``backend`` in a model id: the export version, and the INT8 weights' range."""
-    bits = f"-int{7 if not has_vnni() else 8}" if backend == "onnx_int8" else ""
+    bits = f"-int{int8_bits()}" if backend == "onnx_int8" else ""
     return f"{backend}@export{EXPORT_VERSION}{bits}"
 
 
@@ -93,18 +98,16 @@ def eager_copy(model: Any) -> tuple[Any, Any]:
     return twin, inner.config
 
 
-def fuse(path: Path, config: Any) -> bool:
+def fuse(path: Path, config: Any) -> None:
     """Rewrite the graph at ``path`` with ONNX Runtime's transformer fusions when its architecture is in
-    :data:`FUSED_MODEL_TYPES` (Python fusion only, ``opt_level=0``: no CPU-specific nodes in the file); whether it
-    did."""
+    :data:`FUSED_MODEL_TYPES` (Python fusion only, ``opt_level=0``: no CPU-specific nodes in the file)."""
     if config.model_type not in FUSED_MODEL_TYPES:
-        return False
+        return
     from onnxruntime.transformers.optimizer import optimize_model  # lazy, as onnxruntime
 
     graph = optimize_model(str(path), model_type="bert", num_heads=config.num_attention_heads,
                            hidden_size=config.hidden_size, opt_level=0)
     graph.save_model_to_file(str(path))
-    return True
 
 
 def export(model: Any, sample: dict[str, Any], target: Path, fingerprint: str,
@@ -141,7 +144,7 @@ def export(model: Any, sample: dict[str, Any], target: Path, fingerprint: str,
         fuse(fp32, config)
         # per-channel weights; the fused nodes carry no type information the quantizer can infer: float
         quantize_dynamic(str(fp32), str(Path(tmp) / FILES["onnx_int8"]), weight_type=QuantType.QInt8,
-                         per_channel=True, reduce_range=not has_vnni(),
+                         per_channel=True, reduce_range=int8_bits() == 7,
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         (Path(tmp) / "fingerprint.txt").write_text(stamp(fingerprint))
     logger.info("exported %s to ONNX (fp32 + INT8) in %s", fingerprint, target)

@@ -467,7 +467,7 @@ INIT_HUB_IDS = {"reranker": "cross-encoder/ms-marco-MiniLM-L12-v2",
 
 
 def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict[str, Any],
-                        results: dict[str, Any], argv: Sequence[str] | None, chosen_on_calib: bool = True) -> Path:
+                        results: dict[str, Any], argv: Sequence[str] | None, chosen_on_calib: bool) -> Path:
     """The verifier's model card: base model, the training pairs per source (train split) with their licences,
     the evaluation sources (dev split, and whether calib chose the checkpoint), the command and the dev metrics."""
     by_source: dict[str, list[str]] = defaultdict(list)
