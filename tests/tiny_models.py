@@ -75,3 +75,29 @@ def build_tiny_nli(folder: Path, tokenizer_dir: Path, id2label: dict[int, str], 
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def build_llama_shape(folder: Path, architecture: str = "llama31_8b", seed: int = 0, **shrink: int) -> Path:
+    """Random weights of a shipped architecture (``models/model_configs/<architecture>.json``), shrunk to a tiny
+    size but keeping its type and every other field (RoPE scaling, GQA ratio, untied head), with the byte
+    tokenizer; saved in float32 like a downloaded checkpoint folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from veracity.train.memory import load_architecture
+
+    tokenizer = build_tokenizer()
+    config = load_architecture(architecture)
+    sizes = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 16384, **shrink}
+    for key, value in {**sizes, "vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
+                       "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}.items():
+        setattr(config, key, value)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id,
+                                               eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -47,5 +47,5 @@ def train_dpo(script: DPOScriptArgs, training_args: Any, model_args: Any) -> Pat
     if script.sft_adapter:  # merged by the writing process; the others wait, then find it complete and reuse it
         with training_args.main_process_first(local=training_args.save_on_each_node, desc="merging the SFT adapter"):
             model_dir = merge_adapter(str(model_dir), script.sft_adapter,
-                                      Path(training_args.output_dir) / "sft_merged")
+                                      Path(training_args.output_dir) / "sft_merged", dtype=model_args.dtype or "auto")
     return train_lora(DPOTrainer, ("prompt", "chosen", "rejected"), model_dir, script, training_args, model_args)

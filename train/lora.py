@@ -26,7 +26,7 @@ import yaml
 
 from veracity.config import load_config_values
 from veracity.data_prep.errors import DataError, InputError
-from veracity.io import mark_completed, sha256_file
+from veracity.io import mark_completed, sha256_file, write_json
 from veracity.models.model_card import command_line, data_licences, hub_id, write_model_card
 from veracity.models.registry import resolve_model
 from veracity.rundir import write_run_config
@@ -101,6 +101,7 @@ def run_job(parser: Any, argv: Sequence[str] | None, train: Any) -> Any:
     if script.dry_run:
         return print_dry_run(script, training_args, model_args, half)
     check_reporting(training_args.report_to)
+    quantization_config(model_args)  # a quantized recipe without bitsandbytes stops here, before anything is written
     check_process_group(training_args)
     quiet_replicas(training_args)
     return train(script, training_args, model_args)
@@ -148,8 +149,13 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     train = Dataset.from_list(load_records(script.train_file, fields, script.max_train_examples))
     evaluation = Dataset.from_list(load_records(script.eval_file, fields)) if script.eval_file else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    quantization = quantization_config(model_args)
+    training_args.model_init_kwargs = model_init_kwargs(model_args, training_args.model_init_kwargs)
     trainer = trainer_cls(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
-                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
+                          processing_class=tokenizer, peft_config=get_peft_config(model_args),
+                          quantization_config=quantization)
+    loaded = describe_loaded(trainer.model)
+    logger.info("base weights loaded as %s", loaded)
     if hasattr(trainer.model, "get_nb_trainable_parameters"):  # the line PEFT prints, in the log at training start
         logger.info("%s", peft_parameter_line(*trainer.model.get_nb_trainable_parameters()))
     if script.record_ranks:
@@ -160,11 +166,52 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     if training_args.should_save:
         tokenizer.save_pretrained(adapter)
         (Path(training_args.output_dir) / "base_model.txt").write_text(f"{model_dir}\n")
+        write_json(Path(training_args.output_dir) / "loaded_model.json", loaded)
         write_adapter_card(adapter, trainer, model_dir, script, training_args, model_args, len(train))
         mark_completed(training_args.output_dir, f"adapter in {adapter} on base {model_dir}")
         logger.info("adapter saved to %s", adapter)
     trainer.accelerator.wait_for_everyone()  # no process returns an adapter folder that is still being written
     return adapter
+
+
+def model_init_kwargs(model_args: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the trainer's ``from_pretrained`` gets from the recipe's model fields (``ModelConfig``): its ``dtype``
+    and ``attn_implementation``. TRL loads a model given by path with ``args.model_init_kwargs`` alone, whose dtype
+    defaults to float32, so without this a bf16 recipe trained float32 weights (33 vs 17 GiB on the 8B shape).
+    ``--model_init_kwargs`` (a TRL field) still wins for any key it sets."""
+    kwargs: dict[str, Any] = {"dtype": model_args.dtype or "float32", "revision": model_args.model_revision}
+    if model_args.attn_implementation:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return {**kwargs, **(extra or {})}
+
+
+def quantization_config(model_args: Any) -> Any:
+    """The recipe's ``load_in_4bit`` / ``load_in_8bit`` (QLoRA) as TRL builds it, or None. bitsandbytes is an
+    optional extra: asked for without it, the run stops here with one line, before any weights load."""
+    if not (model_args.load_in_4bit or model_args.load_in_8bit):
+        return None
+    flag = "--load_in_4bit" if model_args.load_in_4bit else "--load_in_8bit"
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise InputError(f"{flag} needs bitsandbytes, which is not installed: pip install 'veracity[bitsandbytes]' "
+                         "(a CUDA GPU), or train without quantization")
+    from trl import get_quantization_config  # lazy: brings transformers
+
+    return get_quantization_config(model_args)
+
+
+def describe_loaded(model: Any) -> dict[str, Any]:
+    """What the trainer really loaded: the base weights' dtypes (parameters not trained), device, attention
+    implementation and quantization, from the model object itself (``loaded_model.json`` in the run folder)."""
+    base = [p for p in model.parameters() if not p.requires_grad] or list(model.parameters())
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in base})
+    config = getattr(model, "config", None)
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is not None and not isinstance(quantization, dict):
+        quantization = quantization.to_dict()
+    return {"dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
+            "device": str(next(model.parameters()).device),
+            "attn_implementation": getattr(config, "_attn_implementation", None),
+            "quantization": (quantization or {}).get("quant_method") if quantization else None}
 
 
 def write_adapter_card(adapter: Path, trainer: Any, model_dir: Path, script: TrainScriptArgs, training_args: Any,

@@ -22,11 +22,22 @@ class MergeArgs:
     adapter: str = field(metadata={"help": "PEFT adapter folder."})
     output_dir: str = field(metadata={"help": "Where the merged model goes."})
     base: str = field(default="embedded", metadata={"help": "Base chat model: 'embedded', 'real', path, hub id."})
-    dtype: str = field(default="float32", metadata={"help": "Saved dtype: float32, bfloat16, float16."})
+    dtype: str = field(default="auto", metadata={
+        "help": "Dtype the merge is done and saved in: auto (the base's saved dtype), float32, bfloat16, float16."})
+
+    def __post_init__(self) -> None:
+        if self.dtype not in MERGE_DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}, got {self.dtype!r}")
 
 
-def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype: str = "float32") -> Path:
-    """Write ``output_dir`` (atomically, with a COMPLETED marker); an existing complete merge is reused."""
+MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype: str = "auto") -> Path:
+    """Write ``output_dir`` (atomically, with a COMPLETED marker); an existing complete merge is reused.
+
+    ``dtype`` is the dtype the base is loaded, merged and saved in (``auto``: the base's saved dtype): DPO passes
+    its recipe's, so an 8B bf16 recipe merges and trains in bf16 rather than writing a 30 GiB float32 copy."""
     import torch  # lazy, as peft and transformers: seconds to import; `train dpo` imports this module
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -35,7 +46,7 @@ def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype:
     if is_completed(out):
         return out
     base_dir = resolve_model("chat_lm", base)
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     tokenizer_source = adapter if (Path(adapter) / "tokenizer_config.json").exists() else base_dir
     with atomic_directory(out, f"base {base_dir} + adapter {adapter}") as tmp:
