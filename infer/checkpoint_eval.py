@@ -18,6 +18,7 @@ and the verifier's probabilities or the generator's raw answer), for error analy
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from veracity.infer.metrics import (
 from veracity.infer.parsing import name_cut_off
 from veracity.infer.pipelines.r2vc.prompt import answer_constraint, parse_r2vc_answer, prompt_messages
 from veracity.io import write_json, write_jsonl
+from veracity.models.device import resolve_device
 from veracity.models.engine import Engine, EngineConfig, GenerationRequest, make_engine
 from veracity.models.nli import NLIVerifier
 from veracity.rundir import write_run_config
@@ -174,21 +176,29 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, engine_config = parse_config(make_parser(), argv)
     engine = make_engine(engine_config) if args.kind == "generator" else None
     decoding = engine.decoding(["json_schema"] if args.constrained else []) if engine is not None else None
-    write_run_config(args.output_dir, args, engine_config, job="eval checkpoint", decoding=decoding)
+    write_run_config(args.output_dir, args, engine_config, job="eval checkpoint", decoding=decoding,
+                     device=resolve_device(engine_config.device))
     results: dict[str, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []
     if engine is not None:
         evaluate = partial(evaluate_generator, engine, max_new_tokens=args.max_new_tokens,
                            constrained=args.constrained, rationale_max_chars=args.rationale_max_chars)
     else:
-        scorer = NLIVerifier(args.nli_model, args.nli_batch_size, backend=args.nli_backend)
+        scorer = NLIVerifier(args.nli_model, args.nli_batch_size, backend=args.nli_backend,
+                             device=engine_config.device)
         evaluate = partial(evaluate_nli, scorer)
     for source in args.sources:
-        results[source], source_rows = evaluate(load_examples(args, source))
+        examples = load_examples(args, source)
+        started = time.perf_counter()
+        results[source], source_rows = evaluate(examples)
+        seconds = time.perf_counter() - started  # model time: examples scored per second on --device
+        results[source].update(seconds=round(seconds, 2), examples_per_second=round(len(examples) / seconds, 3))
         rows += source_rows
     write_jsonl(Path(args.output_dir) / "predictions.jsonl", rows)
     write_json(Path(args.output_dir) / "metrics.json", results)
     table = markdown(results, args.kind)
     (Path(args.output_dir) / "results.md").write_text(table + "\n", encoding="utf-8")
     print(table)
+    print("examples/s: " + ", ".join(f"{source} {m['examples_per_second']:.2f}" for source, m in results.items())
+          + f" (device {resolve_device(engine_config.device)})")
     return results

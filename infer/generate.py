@@ -37,6 +37,7 @@ from veracity.data_prep.errors import DataError
 from veracity.infer.batch import checked_rows, latest_records, output_lock, parse_shard, run_batch, shard_file
 from veracity.infer.parsing import extract_json_object, name_cut_off
 from veracity.io import write_json
+from veracity.models.device import resolve_device
 from veracity.models.engine import (
     Engine,
     EngineConfig,
@@ -181,7 +182,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             try:
                 write_run_config(out, args, sampling, engine_config, job="infer generate",
                                  models={"generator": engine.identity}, resumes=out / name,
-                                 decoding=engine.decoding([params.constraint[0]] if params.constraint else []))
+                                 decoding=engine.decoding([params.constraint[0]] if params.constraint else []),
+                                 device=resolve_device(engine_config.device))
                 summary = run_batch(items, make_processor(engine, args, params), out / name, id_field=args.id_field,
                                     shard=shard, batch_size=args.requests_per_call, progress=args.progress,
                                     retry_errors=args.retry_errors, take_lock=False)

@@ -17,6 +17,8 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from veracity.models.device import DEVICE_HELP, check_device
+
 Message = dict[str, str]
 
 
@@ -259,6 +261,11 @@ class EngineConfig:
     server: str = field(default="unknown", metadata={
         "help": "openai engine: the kind of server (vllm, ollama, llamacpp, openai, transformers, unknown): how "
                 "constraints are sent, and whether they are reported as enforced (unknown: never)."})
+    device: str = field(default="auto", metadata={"help": DEVICE_HELP + " The generator (transformers engine) and "
+                                                          "the job's other models: verifier, encoders, rerankers."})
+
+    def __post_init__(self) -> None:
+        check_device(self.device)
 
 
 def make_engine(config: EngineConfig) -> Engine:
@@ -268,7 +275,7 @@ def make_engine(config: EngineConfig) -> Engine:
         from veracity.models.hf_engine import TransformersEngine  # lazy: torch; hf_engine imports this module
 
         engine = TransformersEngine(config.model, adapter=config.adapter, batch_size=config.batch_size,
-                                    dtype=config.dtype)
+                                    dtype=config.dtype, device=config.device)
     elif config.engine == "openai":
         from veracity.models.openai_engine import OpenAIEngine  # lazy: openai_engine imports this module (cycle)
 

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
 from veracity.models.decoding import GrammarCache, RowSampler, row_seed
+from veracity.models.device import resolve_device
 from veracity.models.engine import (
     Candidate,
     Engine,
@@ -34,9 +35,10 @@ class TransformersEngine(Engine):
     kind = "transformers"
 
     def __init__(self, model: str = "embedded", adapter: str | None = None, batch_size: int = 8,
-                 dtype: str = "auto", device: str = "cpu", max_context: int | None = None):
+                 dtype: str = "auto", device: str = "auto", max_context: int | None = None):
         """Loads the model, unless built under :func:`~veracity.models.engine.deferred_loading` (a Ray driver
         names the model its actors load: folder, adapter and dtype, by content): then on first use."""
+        device = resolve_device(device)
         self.folder = resolve_model("chat_lm", model)
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         self.tokenizer.padding_side = "left"  # batched generation continues every prompt at the same position

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
+from veracity.models.device import resolve_device
 from veracity.models.fingerprint import model_fingerprint
 from veracity.models.onnx_runtime import BACKENDS, OnnxSession, export_model, graph_tag, has_onnx
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
@@ -101,7 +102,7 @@ class VerifierStats:
 class NLIVerifier:
     """A 3-way NLI cross-encoder, batched and windowed; rows follow :data:`NLI_LABELS`."""
 
-    def __init__(self, model: str = "embedded", batch_size: int = 32, device: str = "cpu",
+    def __init__(self, model: str = "embedded", batch_size: int = 32, device: str = "auto",
                  max_length: int | None = None, backend: str = "auto"):
         """``backend``: ``torch``, ``onnx`` (fp32 graph through ONNX Runtime), ``onnx_int8`` (dynamically quantized),
         or ``auto`` — on a CPU, :data:`DEFAULT_CPU_BACKEND` when this model's graph has been exported (``train nli``
@@ -113,8 +114,11 @@ class NLIVerifier:
 
         if backend not in ("auto", *BACKENDS):
             raise ValueError(f"unknown verifier backend {backend!r}; choose auto, {', '.join(BACKENDS)}")
-        if backend not in ("auto", "torch") and device != "cpu":
-            raise ValueError(f"the {backend} backend runs on the CPU; use backend torch on {device}")
+        if backend not in ("auto", "torch"):  # ONNX Runtime is a CPU backend: `auto` means the CPU for it
+            if device not in ("auto", "cpu"):
+                raise ValueError(f"the {backend} backend runs on the CPU; use backend torch on {device}")
+            device = "cpu"
+        device = resolve_device(device)
         self.folder = Path(resolve_model("nli_verifier", model))
         self.backend = backend if backend != "auto" else (
             DEFAULT_CPU_BACKEND if device == "cpu" and has_onnx(self.folder) else "torch")

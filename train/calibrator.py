@@ -47,6 +47,7 @@ from veracity.infer.pipelines.r2vc.run import run
 from veracity.infer.pipelines.r2vc.signals import SignalSettings, feature_names
 from veracity.io import write_json
 from veracity.models.calibrator import LogisticCalibrator
+from veracity.models.device import resolve_device
 from veracity.models.engine import EngineConfig
 from veracity.rundir import package_versions, write_run_config
 
@@ -233,7 +234,8 @@ def prepared_groups(config: R2VCConfig) -> dict[str, list[str]]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, config, settings, engine_config = parse_config(make_parser(), argv)
     out = Path(args.calibrator_dir)
-    write_run_config(out, args, config, settings, engine_config, job="train calibrator")
+    write_run_config(out, args, config, settings, engine_config, job="train calibrator",
+                     device=resolve_device(engine_config.device))
     # Simulate inference on calib with this very pipeline: no calibrator, no abstention, every feature recorded.
     simulation = out / "simulation"
     run(dataclasses.replace(config, split="calib", calibrator=None, abstention="none", output_dir=str(simulation),

@@ -32,6 +32,7 @@ from veracity.data_prep.sciclaim_tasks import TASKS, build_task
 from veracity.infer.pipelines.sciclaimseekers import run as sciclaim_run
 from veracity.infer.pipelines.sciclaimseekers.pipeline import SciClaimPipeline, passage_text
 from veracity.io import mark_completed, write_json
+from veracity.models.device import DeviceOptions, resolve_device
 from veracity.models.model_card import command_line, data_licences, hub_id, write_model_card
 from veracity.models.registry import float_reranker, resolve_model
 from veracity.rundir import write_run_config
@@ -97,8 +98,9 @@ def input_files(args: RerankerArgs, folder: Path) -> tuple[dict[str, Path], Path
     return {role: paths[split] for role, split in splits.items()}, paths["collection"]
 
 
-def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
-    """The pipeline's RRF heads for the training, selection and report posts (one index for all)."""
+def first_stage(args: RerankerArgs, folder: Path, device: str = "auto") -> dict[str, SplitData]:
+    """The pipeline's RRF heads for the training, selection and report posts (one index for all); ``device``:
+    where the dense encoder runs."""
     files, collection = input_files(args, folder)
     posts = {role: read_posts(path) for role, path in files.items()}
     for role, rows in posts.items():
@@ -107,7 +109,8 @@ def first_stage(args: RerankerArgs, folder: Path) -> dict[str, SplitData]:
             raise DataError(files[role], None, f"post {missing[0]!r} has no gold id ({len(missing)} posts without): "
                             "fine-tuning needs a gold id for every post", field="cord_uid")
     config, engine_config, _ = parse_config(sciclaim_run.make_parser(), [  # _: the executor's options
-        "--config", args.pipeline_config, "--output_dir", str(folder), "--index_dir", str(folder / "index")])
+        "--config", args.pipeline_config, "--output_dir", str(folder), "--index_dir", str(folder / "index"),
+        "--device", device])
     pipeline = SciClaimPipeline(config, engine_config, read_collection(collection))
     return {role: SplitData(rows, pipeline.papers, [[doc for doc, _ in stage.fused]
                                                     for stage in pipeline.first_stage(rows)])
@@ -158,7 +161,7 @@ def choose_by_selection_mrr(training: Any) -> None:
 def make_parser() -> Any:
     from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments  # lazy: as above
 
-    return parser_for((RerankerArgs, CrossEncoderTrainingArguments), "veracity train reranker")
+    return parser_for((RerankerArgs, CrossEncoderTrainingArguments, DeviceOptions), "veracity train reranker")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -167,19 +170,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
-    args, training = parse_training_config(make_parser(), argv)
+    args, training, where = parse_training_config(make_parser(), argv)
     out = Path(training.output_dir)
-    data = first_stage(args, out / "first_stage")  # bad posts, collection or split: a DataError (veracity.cli: exit 2)
+    # --device places the first stage's encoder and the evaluated model; the Trainer trains where use_cpu says
+    device = "cpu" if training.use_cpu else resolve_device(where.device)
+    data = first_stage(args, out / "first_stage", device)  # bad posts, collection or split: DataError (exit 2)
     choose_by_selection_mrr(training)
-    write_run_config(out, args, training, job="train reranker")
+    write_run_config(out, args, training, job="train reranker", device=device)
     rows = training_pairs(data["train"], args.negatives)
     positives = sum(r["label"] == 1.0 for r in rows)
     stats = {"posts": len(data["train"].posts), "pairs": len(rows), "positives": positives,
              "negatives": len(rows) - positives}
     logger.info("training pairs: %s", stats)
     init = initial_model(args.init)
-    model = CrossEncoder(str(init), num_labels=1, max_length=args.max_length, device="cpu" if training.use_cpu
-                         else None)
+    model = CrossEncoder(str(init), num_labels=1, max_length=args.max_length, device=device)
     loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor((len(rows) - positives) / max(positives, 1)))
     batch = training.per_device_eval_batch_size
     selection = evaluator(data["selection"], "selection", batch)

@@ -75,11 +75,13 @@ def to_plain(obj: Any) -> Any:
 
 
 def write_run_config(run_dir: str | Path, *configs: Any, job: str, models: dict[str, str] | None = None,
-                     resumes: str | Path | None = None, decoding: dict[str, Any] | None = None) -> Path:
+                     resumes: str | Path | None = None, decoding: dict[str, Any] | None = None,
+                     device: str | None = None) -> Path:
     """Create ``run_dir`` and write ``run_config.yaml`` (job, configs, models, versions, git revision) before work.
 
     ``models`` names each model the records depend on by content (path + fingerprint). ``decoding`` says how the
     generator decoded (``Engine.decoding``: whether constraints were enforced, the log-prob definition).
+    ``device`` is where the job's models run, resolved (``cpu``, ``cuda:0``; the config keeps ``--device`` as given).
     ``resumes`` is the batch output a resumed run appends to: when it already holds records, the config and models
     they were made under must be this run's (up to :data:`RESUMABLE_FIELDS`), else :class:`RunConfigMismatchError`
     and nothing is written.
@@ -94,6 +96,7 @@ def write_run_config(run_dir: str | Path, *configs: Any, job: str, models: dict[
         "config": config,
         **({"models": models} if models else {}),
         **({"decoding": decoding} if decoding else {}),
+        **({"device": device} if device else {}),
         "versions": {"python": platform.python_version(), **package_versions()},
         "git_revision": git_revision(),
         "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "VERACITY_DATA_ROOT") if k in os.environ},

@@ -48,6 +48,7 @@ from veracity.infer.eval.averitec_score import (
 )
 from veracity.infer.eval.ev2r import Ev2RSettings, aggregate_ev2r, score_claims
 from veracity.io import write_json, write_jsonl
+from veracity.models.device import resolve_device
 from veracity.models.engine import EngineConfig, make_engine
 from veracity.models.nltk_data import ensure_nltk_data
 from veracity.rundir import write_run_config
@@ -252,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     gold = read_claims(args.gold, "gold")
     predictions = read_claims(args.predictions, "predictions")
     write_run_config(args.output_dir, args, *((ev2r_settings, engine_config) if ev2r_settings.ev2r else ()),
-                     job="eval averitec")
+                     job="eval averitec", device=resolve_device(engine_config.device) if ev2r_settings.ev2r else None)
     started = time.perf_counter()
     metrics, claims = evaluate(gold, predictions, args.threshold, args.progress)
     metrics["seconds"] = round(time.perf_counter() - started, 1)

@@ -61,6 +61,7 @@ from veracity.data_prep.task3_items import read_items
 from veracity.data_prep.text import split_sentences
 from veracity.infer.eval.citation_judge import DEFAULT_JUDGE_PROMPT, Judge, NLIJudge, check_prompt
 from veracity.io import write_json, write_jsonl
+from veracity.models.device import resolve_device
 from veracity.models.engine import EngineConfig, make_engine
 from veracity.models.nli import NLIVerifier
 from veracity.rundir import write_run_config
@@ -280,8 +281,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     articles = ({i.id: i.reference_article for i in items} if config.reference_as_article
                 else read_articles(config.articles))
     out = Path(config.output_dir)
-    write_run_config(out, config, engine_config, job="eval m4")
-    verifier = NLIVerifier(config.nli_model, config.nli_batch_size)
+    write_run_config(out, config, engine_config, job="eval m4", device=resolve_device(engine_config.device))
+    verifier = NLIVerifier(config.nli_model, config.nli_batch_size, device=engine_config.device)
     engine = make_engine(engine_config) if config.judge == "llm" else None
     judge: Any = (Judge(engine, config.judge_prompt, config.judge_max_new_tokens, config.judge_max_evidence_chars,
                         constrained=config.constrained)

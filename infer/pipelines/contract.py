@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from veracity.infer.report_html import DEFAULT_FLAG_MEANINGS, ReportItem, generic_item
+from veracity.models.device import resolve_device
 
 Item = dict[str, Any]
 Record = dict[str, Any]
@@ -100,6 +101,11 @@ class Pipeline:
 
     def decoding(self) -> dict[str, Any] | None:
         return None
+
+    def device(self) -> str:
+        """Where this run's models are: its ``--device`` (the engine config's) resolved, for the run record."""
+        spec = next((c.device for c in self.configs if isinstance(getattr(c, "device", None), str)), "auto")
+        return resolve_device(spec)
 
     def prepare(self, run_dir: Path) -> dict[str, Any]:
         """Side inputs kept in the run folder; returns facts for summary.json."""

@@ -101,6 +101,7 @@ def write_record(pipeline: Pipeline, run_dir: Path, output: Path, shard: tuple[i
         if sibling != output:
             check_resume(run_dir / "run_config.yaml", sibling, plain, models)
     write_run_config(run_dir, *configs, job=f"infer {pipeline.name}", models=models, decoding=pipeline.decoding(),
+                     device=pipeline.device(),
                      resumes=output)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from veracity.infer.retrieval.fusion import Hits
 from veracity.infer.retrieval.gpu import to_cpu, to_gpu_if_available
+from veracity.models.device import resolve_device
 from veracity.models.onnx_runtime import BACKENDS, OnnxSession, export_encoder
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.registry import model_fingerprint, resolve_model
@@ -51,13 +52,15 @@ class EncoderSpec:
 class DenseEncoder:
     """Batched, normalized sentence embeddings."""
 
-    def __init__(self, spec: EncoderSpec, show_progress: bool = False):
+    def __init__(self, spec: EncoderSpec, show_progress: bool = False, device: str = "auto"):
+        """``device`` (:mod:`veracity.models.device`) places the torch encoder; the ONNX backends run on the CPU."""
         from sentence_transformers import SentenceTransformer  # lazy: seconds (torch); a BM25-only run does without
 
         self.spec = spec
         self.folder = resolve_model("embedder", spec.model)
         self.fingerprint = model_fingerprint(self.folder)
-        self.model = SentenceTransformer(str(self.folder), device="cpu")
+        self.model = SentenceTransformer(str(self.folder), device="cpu" if spec.backend != "torch"
+                                         else resolve_device(device))
         self.model.max_seq_length = spec.max_length
         self.show_progress = show_progress
         self.onnx = None

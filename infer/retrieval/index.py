@@ -160,7 +160,7 @@ def _reusable_embeddings(folder: Path, corpus_sha: str, encoder: DenseEncoder) -
 
 
 def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSettings,
-                encoder: DenseEncoder | None = None, checked: int | None = None) -> Path:
+                encoder: DenseEncoder | None = None, checked: int | None = None, device: str = "auto") -> Path:
     """Build the configured indexes for ``corpus`` into ``output_dir``; returns the folder.
 
     The corpus is checked first (:func:`check_corpus`; ``checked``: the document count of a check the caller
@@ -175,7 +175,7 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
         raise ValueError("nothing to build: enable sparse and/or dense")
     total = check_corpus(corpus) if checked is None else checked
     if settings.dense and encoder is None:
-        encoder = DenseEncoder(settings.encoder_spec())
+        encoder = DenseEncoder(settings.encoder_spec(), device=device)  # device: where it embeds, if none is given
     corpus_sha = sha256_file(corpus)
     out.mkdir(parents=True, exist_ok=True)
     (out / "index_meta.json").unlink(missing_ok=True)  # the folder is incomplete until the end
@@ -254,8 +254,10 @@ class LoadedIndex:
 
 
 def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: str | None = None,
-               encoder: DenseEncoder | None = None, ef_search: int | None = None) -> LoadedIndex:
-    """Load an index folder, checking it against the corpus and encoder it will be used with."""
+               encoder: DenseEncoder | None = None, ef_search: int | None = None,
+               device: str = "auto") -> LoadedIndex:
+    """Load an index folder, checking it against the corpus and encoder it will be used with (``device``: where
+    the query encoder runs when none is given)."""
     folder = Path(folder)
     meta_path = folder / "index_meta.json"
     if not meta_path.exists():
@@ -285,7 +287,7 @@ def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: s
         spec = EncoderSpec(**{k: built[k] for k in fields}, backend=built.get("backend", "torch"))
         if embedder is not None and embedder != spec.model:
             spec = replace(spec, model=embedder)
-        encoder = encoder or DenseEncoder(spec)
+        encoder = encoder or DenseEncoder(spec, device=device)
         if encoder.fingerprint != built["fingerprint"]:
             raise IndexMismatchError(
                 f"{folder} was built with encoder {built['model']!r} (fingerprint {built['fingerprint']}), but the "

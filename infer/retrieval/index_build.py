@@ -16,6 +16,7 @@ from typing import Any
 from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
 from veracity.infer.retrieval.index import IndexSettings, build_index, check_corpus
+from veracity.models.device import DeviceOptions, resolve_device
 from veracity.rundir import write_run_config
 
 
@@ -26,13 +27,14 @@ class BuildArgs:
 
 
 def make_parser() -> Any:
-    return parser_for((BuildArgs, IndexSettings), "veracity index build")
+    return parser_for((BuildArgs, IndexSettings, DeviceOptions), "veracity index build")
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    build, settings = parse_config(make_parser(), argv)
+    build, settings, where = parse_config(make_parser(), argv)
     documents = check_corpus(build.corpus)  # a bad record (DataError, exit 2) stops here, before anything is written
-    write_run_config(build.output_dir, build, settings, job="index build")
-    folder = build_index(build.corpus, build.output_dir, settings, checked=documents)
+    device = resolve_device(where.device) if settings.dense else None  # BM25 alone loads no model
+    write_run_config(build.output_dir, build, settings, job="index build", device=device)
+    folder = build_index(build.corpus, build.output_dir, settings, checked=documents, device=where.device)
     print(f"index written to {folder}")
     return folder

@@ -16,6 +16,7 @@ from veracity.config import parse_config
 from veracity.infer.retrieval.fusion import Hits
 from veracity.infer.retrieval.index import load_index
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings
+from veracity.models.device import DeviceOptions
 
 
 @dataclass
@@ -26,14 +27,14 @@ class SearchArgs:
 
 
 def make_parser() -> Any:
-    return parser_for((SearchArgs, SearchSettings), "veracity index search")
+    return parser_for((SearchArgs, SearchSettings, DeviceOptions), "veracity index search")
 
 
 def main(argv: Sequence[str] | None = None) -> list[Hits]:
-    search, settings = parse_config(make_parser(), argv)
-    index = load_index(search.index_dir, corpus=search.corpus)
+    search, settings, where = parse_config(make_parser(), argv)
+    index = load_index(search.index_dir, corpus=search.corpus, device=where.device)
     texts = index.texts()
-    results = Searcher(index, settings).search(search.query)
+    results = Searcher(index, settings, device=where.device).search(search.query)
     for query, hits in zip(search.query, results, strict=True):
         print(f"# {query}")
         for rank, (doc, score) in enumerate(hits, start=1):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from veracity.infer.retrieval.fusion import Hits
+from veracity.models.device import resolve_device
 from veracity.models.registry import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -54,11 +55,11 @@ class _OnnxCrossEncoder:
 
 
 class _HFCrossEncoder:
-    def __init__(self, folder: Path, max_length: int):
+    def __init__(self, folder: Path, max_length: int, device: str):
         from sentence_transformers import CrossEncoder  # lazy, as torch: seconds to import
         from torch import nn
 
-        self.model = CrossEncoder(str(folder), device="cpu", max_length=max_length)
+        self.model = CrossEncoder(str(folder), device=resolve_device(device), max_length=max_length)
         # raw logits, as the ONNX backend returns: a sigmoid would change how scores mix with others (min–max sums)
         self.raw_logits = nn.Identity()
 
@@ -72,11 +73,13 @@ class _HFCrossEncoder:
 class CrossEncoderReranker:
     """Scores (query, document) pairs; higher is more relevant."""
 
-    def __init__(self, model: str = "embedded", max_length: int = 512, batch_size: int = 32):
+    def __init__(self, model: str = "embedded", max_length: int = 512, batch_size: int = 32, device: str = "auto"):
+        """``device`` (:mod:`veracity.models.device`) places a transformers cross-encoder; an ONNX one (the
+        embedded reranker) runs on the CPU through ONNX Runtime."""
         self.folder = resolve_model("reranker", model)
         self.batch_size = batch_size
         if (self.folder / "config.json").exists():
-            self.backend: _OnnxCrossEncoder | _HFCrossEncoder = _HFCrossEncoder(self.folder, max_length)
+            self.backend: _OnnxCrossEncoder | _HFCrossEncoder = _HFCrossEncoder(self.folder, max_length, device)
         elif (self.folder / "model.onnx").exists():
             self.backend = _OnnxCrossEncoder(self.folder, max_length)
         else:

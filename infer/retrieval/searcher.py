@@ -42,7 +42,9 @@ def combine(mode: str, sparse: Hits, dense: Hits, alpha: float, rrf_k: int, top:
 
 
 class Searcher:
-    def __init__(self, index: LoadedIndex, settings: SearchSettings, reranker: CrossEncoderReranker | None = None):
+    def __init__(self, index: LoadedIndex, settings: SearchSettings, reranker: CrossEncoderReranker | None = None,
+                 device: str = "auto"):
+        """``device``: where the cross-encoder runs when the settings ask for one and none is given."""
         needs_sparse = settings.mode in ("bm25", "alpha", "rrf")
         needs_dense = settings.mode in ("dense", "alpha", "rrf")
         if needs_sparse and index.sparse is None:
@@ -50,7 +52,9 @@ class Searcher:
         if needs_dense and index.dense is None:
             raise ValueError(f"mode {settings.mode!r} needs a dense index; {index.folder} has none")
         self.index, self.settings = index, settings
-        self.reranker = reranker or (CrossEncoderReranker(settings.reranker) if settings.rerank else None)
+        if reranker is None and settings.rerank:
+            reranker = CrossEncoderReranker(settings.reranker, device=device)
+        self.reranker = reranker
         self._texts = index.texts() if self.reranker else {}
 
     def retrieve_each(self, queries: Sequence[str]) -> tuple[list[Hits], list[Hits]]:

@@ -64,7 +64,8 @@ class AICPipeline:
         """``engine``: an engine to use instead of building one from ``engine_config`` (tests script one)."""
         self.config, self.store = config, store
         self.encoder = DenseEncoder(EncoderSpec(model=config.embedder, max_length=config.embed_max_length,
-                                                batch_size=config.embed_batch_size, backend=config.embed_backend))
+                                                batch_size=config.embed_batch_size, backend=config.embed_backend),
+                                    device=engine_config.device)
         cache_root = config.index_cache or str(Path(config.output_dir) / "index_cache")
         self.indexes = ClaimIndexCache(cache_root, self.encoder, config.chunk_chars)
         self.few_shot = FewShotSelector(train_claims) if config.few_shot > 0 else None

@@ -209,7 +209,9 @@ class R2VCPipeline:
         self.engine = None
         if config.use_generator:
             self.engine = make_engine(engine_config)
-        self.verifier = NLIVerifier(config.nli_model, config.nli_batch_size, backend=config.nli_backend)
+        self.device = engine_config.device
+        self.verifier = NLIVerifier(config.nli_model, config.nli_batch_size, backend=config.nli_backend,
+                                    device=self.device)
         self.calibrator = None
         if config.calibrator:
             self.calibrator = LogisticCalibrator.load(config.calibrator)
@@ -245,13 +247,13 @@ class R2VCPipeline:
             folder = Path(self.config.index_root) / key
             if not (folder / "index_meta.json").exists():
                 logger.info("building the retrieval index of %s in %s", key, folder)
-                build_index(corpus, folder, IndexSettings(stem=True))
+                build_index(corpus, folder, IndexSettings(stem=True), device=self.device)
         return folder
 
     def _searcher(self, key: str) -> Any:
         """A searcher over ``key`` (:meth:`index_folder`), loaded once."""
         if key not in self._searchers:
-            index = load_index(self.index_folder(key))
+            index = load_index(self.index_folder(key), device=self.device)
             settings = SearchSettings(mode="alpha", alpha=self.config.alpha, top_k=self.config.top_k,
                                       candidates=self.config.retrieval_candidates)
             self._searchers[key] = (Searcher(index, settings), index.texts())

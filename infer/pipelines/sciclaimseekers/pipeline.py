@@ -98,7 +98,7 @@ class SciClaimPipeline:
                                  embedder=config.embedder, query_prefix=config.query_prefix,
                                  max_length=config.max_length, encode_batch_size=config.encode_batch_size,
                                  encoder_backend=config.encoder_backend, faiss_kind="flat", progress=config.progress)
-        encoder = DenseEncoder(settings.encoder_spec())
+        encoder = DenseEncoder(settings.encoder_spec(), device=engine_config.device)
         try:
             self.index = load_index(folder, corpus=corpus, encoder=encoder)
             sparse_meta = self.index.meta["sparse"] or {}
@@ -112,7 +112,8 @@ class SciClaimPipeline:
         if "llm" in rerankers:
             self.engine = make_engine(engine_config)
         if "cross_encoder" in rerankers:
-            self.cross_encoder = CrossEncoderReranker(config.cross_encoder, batch_size=config.cross_encoder_batch_size)
+            self.cross_encoder = CrossEncoderReranker(config.cross_encoder, batch_size=config.cross_encoder_batch_size,
+                                                      device=engine_config.device)
         self.llm_stats, self.cross_encoder_stats = RerankStats(), RerankStats()
 
     def first_stage(self, posts: Sequence[Post]) -> list[FirstStage]:

@@ -69,7 +69,8 @@ class UTSPipeline:
     def __init__(self, config: UTSConfig, engine_config: EngineConfig, judge: JudgeFn | None = None):
         self.config, self.judge, self.engine = config, judge, None
         if config.shadowval and judge is None and config.judge == "nli":
-            self.judge = NLIJudge(NLIVerifier(config.judge_nli_model), config.judge_nli_threshold,
+            self.judge = NLIJudge(NLIVerifier(config.judge_nli_model, device=engine_config.device),
+                                  config.judge_nli_threshold,
                                   config.judge_max_evidence_chars)
         elif config.shadowval and judge is None:
             self.engine = engines.make_engine(engine_config)
