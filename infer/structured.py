@@ -14,6 +14,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from veracity.io import without_lone_surrogates
+
 # A token is at least one byte, so the UTF-8 length of the longest answer bounds its tokens: 4 bytes per character
 # of free text (a schema bounds characters), 1 per character of the JSON around it (ASCII). The budget is only a
 # cap: a constrained answer ends when its grammar does, so a generous bound costs nothing.
@@ -26,14 +28,13 @@ END_TOKENS = 4  # the end-of-turn token and what a chat template may add after t
 # no escape sequence at all (models/decoding.py). Text we want a constrained model to write in such a field (a
 # training target) must be made of these characters, or the model is pushed off it at the first quote.
 _NOT_IN_BOUNDED_STRING = re.compile(r'[\x00-\x1f"\\]')
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # no UTF-8 for them: a grammar over bytes never writes one
 _BOUNDED_REPLACEMENTS = {'"': "'", "\\": "/"}
 
 
 def bounded_string(text: str) -> str:
     """``text`` in the characters a bounded schema string admits, so it serialises without escapes: a double quote
     becomes ``'``, a backslash ``/``, a control character (newline, tab …) a space, a lone surrogate U+FFFD."""
-    text = _LONE_SURROGATE.sub("\ufffd", text)
+    text = without_lone_surrogates(text)  # no UTF-8 for them: a grammar over bytes never writes one
     return _NOT_IN_BOUNDED_STRING.sub(lambda m: _BOUNDED_REPLACEMENTS.get(m.group(), " "), text)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
+from veracity.io import without_lone_surrogates
 from veracity.models.decoding import GrammarCache, RowSampler, row_seed
 from veracity.models.engine import (
     Candidate,
@@ -107,10 +108,11 @@ class TransformersEngine(Engine):
         return self._model_id
 
     def encode(self, request: GenerationRequest) -> list[int]:
+        # the tokenizer refuses a lone surrogate (a passage can hold one): the model reads U+FFFD
         if request.prompt is not None:
-            return self.tokenizer(request.prompt)["input_ids"]
+            return self.tokenizer(without_lone_surrogates(request.prompt))["input_ids"]
         text = self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True, tokenize=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(without_lone_surrogates(text), add_special_tokens=False)["input_ids"]
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         results: list[GenerationResult | None] = [None] * len(requests)

@@ -47,7 +47,7 @@ from veracity.infer.metrics import (
     selective_metrics,
 )
 from veracity.infer.plots import reliability_diagram, risk_coverage_plot
-from veracity.io import write_json, write_jsonl
+from veracity.io import write_json, write_jsonl, write_text
 
 
 @dataclass
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         right = [r["label"] == r["gold"] for r in scored]
         calibrated = [r["confidence"] for r in scored]
         raw = [r["confidence_uncalibrated"] for r in scored]
-        (out / "report.md").write_text(report_markdown(metrics, f"R2VC — {args.predictions}"), encoding="utf-8")
+        write_text(out / "report.md", report_markdown(metrics, f"R2VC — {args.predictions}"))
         if args.plots and scored:
             risk_coverage_plot({"calibrated": risk_coverage(calibrated, right),
                                 "uncalibrated (s_ver)": risk_coverage(raw, right)}, out / "risk_coverage.png")
