@@ -115,6 +115,8 @@ def test_pipeline_run_on_tiny_models(prepared_dir: Path, tiny_lm_dir: Path, tiny
     assert metrics["accuracy"] == pytest.approx(accuracy_score(gold, predicted))
     assert metrics["macro_f1"] == pytest.approx(f1_score(gold, predicted, labels=list(TERNARY_LABELS),
                                                          average="macro", zero_division=0))
+    # with --cache this reads the cache wrapper's decoding(); the engine's own, uncached, is asserted in
+    # test_r2vc_run.py::test_a_calibrator_fit_with_logprobs_names_its_decoding_and_refuses_another
     decoding = yaml.safe_load((out / "run_config.yaml").read_text())["decoding"]
     assert decoding["constrained"] is True and decoding["logprob_definition"] == LOGPROB_DEFINITION
     assert (out / "risk_coverage.png").stat().st_size > 1000 and (out / "reliability.png").stat().st_size > 1000
