@@ -192,3 +192,18 @@ def test_a_lone_surrogate_survives_every_file_of_infer_and_eval_r2vc(tiny_verifi
     assert "half an emoji: \\ud83d" in (run / "report.html").read_text(encoding="utf-8")  # shown as the escape
     metrics = json.loads((scored / "metrics.json").read_text())
     assert metrics["n"] == 1 and json.loads((run / "metrics.json").read_text())["n"] == 1
+
+
+def test_the_share_of_answers_in_the_trained_quote_format_by_hand() -> None:
+    from veracity.infer.pipelines.r2vc.prompt import grounded_rationale
+
+    def candidate(rationale: str, label: str | None = S, source: str = "generator") -> dict:
+        return {"from": source, "label": label, "rationale": rationale}
+
+    trained = grounded_rationale(S, 'The bridge is "long".', 1)
+    claim = {**RECORDS[0], "candidates": [candidate(trained), candidate("It is long."),
+                                          candidate("", None), candidate("", S, "nli")]}
+    other = {**RECORDS[3], "candidates": [candidate(grounded_rationale(N, "x " * 300, 2))]}
+    # parsed generator answers: 3 (the unparsed one and the verifier's candidate do not count); 2 in the format
+    assert evaluate([claim, other])["quote_format_rate"] == pytest.approx(2 / 3)
+    assert evaluate(RECORDS)["quote_format_rate"] is None  # no generator answer at all

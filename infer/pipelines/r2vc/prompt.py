@@ -16,6 +16,7 @@ serve SmolLM2 and Nemotron-8B.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -116,6 +117,18 @@ def grounded_rationale(label: str, passage: str, passage_id: int, max_chars: int
     if room < 8:
         raise ValueError(f"max_chars {max_chars} leaves no room to quote a passage")
     return opening + fit_rationale(passage, room) + closing
+
+
+# A rationale written the way SFT/DPO train the generator to write it (any label's frame, any passage id)
+_QUOTE_FORMAT = re.compile("Passage \\[\\d+\\] (?:{}): \u201c[^\u201d]*\u201d (?:{})".format(
+    "|".join(sorted({re.escape(verb) for verb, _ in _FRAMES.values()})),
+    "|".join(re.escape(conclusion) for _, conclusion in _FRAMES.values())))
+
+
+def keeps_quote_format(rationale: str) -> bool:
+    """Whether ``rationale`` is in the trained format of :func:`grounded_rationale` (cite a passage, quote it,
+    conclude): what the generator-checkpoint table reports of the fine-tuned generators' answers."""
+    return _QUOTE_FORMAT.fullmatch(rationale) is not None
 
 
 @dataclass(frozen=True)
