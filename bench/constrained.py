@@ -20,7 +20,7 @@ from pathlib import Path
 
 from veracity.infer.batch import latest_records
 from veracity.infer.pipelines.aic import prompt as aic
-from veracity.infer.pipelines.r2vc.prompt import answer_schema, parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.prompt import RATIONALE_MAX_CHARS, answer_schema, parse_r2vc_answer, prompt_messages
 from veracity.infer.structured import schema_text, token_budget
 from veracity.models import decoding
 from veracity.models.engine import GenerationRequest
@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--claims", type=int, default=4)
     parser.add_argument("--n", type=int, default=3)
-    parser.add_argument("--rationale_max_chars", type=int, default=200)
+    parser.add_argument("--rationale_max_chars", type=int, default=RATIONALE_MAX_CHARS)
     parser.add_argument("--free_max_new_tokens", type=int, default=160,
                         help="Budget of the free rows (R2VC's unconstrained default); constrained rows get the "
                              "schema's budget, which a constrained answer never needs in full.")

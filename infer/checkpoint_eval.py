@@ -39,7 +39,12 @@ from veracity.infer.metrics import (
     macro_f1,
 )
 from veracity.infer.parsing import name_cut_off
-from veracity.infer.pipelines.r2vc.prompt import answer_constraint, parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.prompt import (
+    RATIONALE_MAX_CHARS,
+    answer_constraint,
+    parse_r2vc_answer,
+    prompt_messages,
+)
 from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
 from veracity.models.engine import Engine, EngineConfig, GenerationRequest, make_engine
@@ -66,7 +71,8 @@ class CheckpointEvalArgs:
     constrained: bool = field(default=True, metadata={
         "help": "Constrain the generator's decoding to the answer's JSON schema where the engine can (the parser "
                 "stays the final check)."})
-    rationale_max_chars: int = field(default=200, metadata={"help": "Longest rationale the answer schema allows."})
+    rationale_max_chars: int = field(default=RATIONALE_MAX_CHARS, metadata={
+        "help": "Longest rationale the answer schema allows."})
     nli_batch_size: int = 32
 
     def __post_init__(self) -> None:
@@ -114,7 +120,7 @@ def prediction_row(example: ClaimExample, pred: str | None, **extra: Any) -> dic
 
 
 def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tokens: int,
-                       constrained: bool = True, rationale_max_chars: int = 200) -> Evaluation:
+                       constrained: bool = True, rationale_max_chars: int = RATIONALE_MAX_CHARS) -> Evaluation:
     """The generator's label on each example's gold evidence (one passage). Constrained, the answer follows the
     R2VC schema and ``max_new_tokens`` is its token budget; a parse failure of an answer cut by the budget is
     named ``length``."""

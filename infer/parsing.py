@@ -1,7 +1,9 @@
 """Structured output parsing: a JSON object out of free LLM text, or a clear failure — never a guess.
 
 Handles a ``<think>…</think>`` block before the answer, Markdown code fences, and prose or trailing text around
-the object. Validation checks required fields and their types; anything else is a ``ParseResult`` with an error.
+the object. JSON is read first: reasoning blocks and fences are looked for only between objects, never inside a
+JSON string, which may quote either (a rationale citing a passage). Validation checks required fields and their
+types; anything else is a ``ParseResult`` with an error.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
+# Outside JSON, the three things the scan stops at: an object, a reasoning block, a fence
+_MARK = re.compile(r"\{|<think>|```", re.I)
 
 
 @dataclass(frozen=True)
@@ -35,35 +38,43 @@ def strip_thinking(text: str) -> tuple[str, bool]:
     return text, False
 
 
-def _objects(text: str) -> list[dict[str, Any]]:
-    """Every top-level JSON object that decodes, scanning left to right."""
+def _scan(text: str) -> tuple[list[tuple[dict[str, Any], bool]], bool, bool]:
+    """Left to right: every top-level JSON object (with whether it sits inside a code fence), whether a reasoning
+    block was left open, and whether an object started but did not parse. An object is decoded whole where it
+    starts, so a ``<think>`` or a fence inside its strings is text; a reasoning block is skipped, objects in it too."""
     decoder = json.JSONDecoder()
-    found, pos = [], text.find("{")
-    while pos != -1:
-        try:
-            value, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            pos = text.find("{", pos + 1)
-            continue
-        if isinstance(value, dict):
-            found.append(value)
-        pos = text.find("{", end)
-    return found
+    found: list[tuple[dict[str, Any], bool]] = []
+    fenced, broken, pos = False, False, 0
+    while match := _MARK.search(text, pos):
+        mark = match.group().lower()
+        if mark == "<think>":
+            close = text.lower().find("</think>", match.end())
+            if close == -1:
+                return found, True, broken
+            pos = close + len("</think>")
+        elif mark == "```":
+            fenced, pos = not fenced, match.end()
+        else:
+            try:
+                value, pos = decoder.raw_decode(text, match.start())
+                found.append((value, fenced))  # at a "{": always an object
+            except json.JSONDecodeError:
+                broken, pos = True, match.end()
+    return found, False, broken
 
 
 def extract_json_object(text: str) -> ParseResult:
-    """The first JSON object in ``text``: inside a code fence if there is one, else anywhere in the text."""
-    body, unterminated = strip_thinking(text)
-    for fenced in _FENCE.findall(body):
-        objects = _objects(fenced)
-        if objects:
-            return ParseResult(objects[0], None, text)
-    objects = _objects(body)
-    if objects:
-        return ParseResult(objects[0], None, text)
+    """The first JSON object in ``text``: inside a code fence if there is one, else anywhere in the text (reasoning
+    blocks aside)."""
+    found, unterminated, broken = _scan(text)
+    for value, fenced in found:
+        if fenced:
+            return ParseResult(value, None, text)
+    if found:
+        return ParseResult(found[0][0], None, text)
     if unterminated:
         return ParseResult(None, "unterminated_think: the answer never left its <think> block", text)
-    if "{" in body:
+    if broken:
         return ParseResult(None, "invalid_json: an object starts but does not parse", text)
     return ParseResult(None, "no_json_object", text)
 

@@ -10,14 +10,32 @@ the engines' grammars write it).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
+
+from veracity.io import without_lone_surrogates
 
 # A token is at least one byte, so the UTF-8 length of the longest answer bounds its tokens: 4 bytes per character
 # of free text (a schema bounds characters), 1 per character of the JSON around it (ASCII). The budget is only a
 # cap: a constrained answer ends when its grammar does, so a generous bound costs nothing.
 BYTES_PER_TEXT_CHAR = 4
 END_TOKENS = 4  # the end-of-turn token and what a chat template may add after the answer
+
+
+# What a bounded string of a constrained answer can hold: xgrammar (the transformers engine's and vLLM's alike)
+# writes a JSON-schema string with maxLength as characters other than a quote, a backslash or a control character —
+# no escape sequence at all (models/decoding.py). Text we want a constrained model to write in such a field (a
+# training target) must be made of these characters, or the model is pushed off it at the first quote.
+_NOT_IN_BOUNDED_STRING = re.compile(r'[\x00-\x1f"\\]')
+_BOUNDED_REPLACEMENTS = {'"': "'", "\\": "/"}
+
+
+def bounded_string(text: str) -> str:
+    """``text`` in the characters a bounded schema string admits, so it serialises without escapes: a double quote
+    becomes ``'``, a backslash ``/``, a control character (newline, tab …) a space, a lone surrogate U+FFFD."""
+    text = without_lone_surrogates(text)  # no UTF-8 for them: a grammar over bytes never writes one
+    return _NOT_IN_BOUNDED_STRING.sub(lambda m: _BOUNDED_REPLACEMENTS.get(m.group(), " "), text)
 
 
 def max_answer_bytes(schema: dict[str, Any]) -> int:

@@ -36,6 +36,16 @@ def calibrator_file(path: str | Path) -> Path:
     return path / "calibrator.json" if path.is_dir() else path
 
 
+def logprob_definition(decoding: Mapping[str, Any] | None) -> str | None:
+    """What the ``mean_logprob`` feature means under ``decoding`` (an engine's ``decoding()``, as the run record
+    keeps it): the engine's log-prob definition and whether decoding was constrained. The one definition
+    renormalises over the tokens a grammar allowed, so a constrained answer's log-probs and a free one's measure
+    different things, and a calibrator fit on one must refuse the other. None where the engine does not say."""
+    if not decoding or decoding.get("logprob_definition") is None:
+        return None
+    return f"{decoding['logprob_definition']}, {'constrained' if decoding.get('constrained') else 'free'}"
+
+
 @dataclass
 class LogisticCalibrator:
     """``p = σ(intercept + Σ coef_i · x_i)`` over the named features (standardisation folded into the weights)."""
@@ -46,7 +56,7 @@ class LogisticCalibrator:
     versions: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     risk_control: dict[str, Any] = field(default_factory=dict)  # {target_risk, delta, tau_cal, ...} when chosen
-    # How the log-probabilities it was fit on were defined (engine.LOGPROB_DEFINITION); None: fit without them.
+    # How the log-probabilities it was fit on were defined (logprob_definition below); None: fit without them.
     logprob_definition: str | None = None
 
     def __post_init__(self) -> None:
@@ -59,7 +69,8 @@ class LogisticCalibrator:
 
     def check_logprob_definition(self, definition: str | None, engine: str) -> None:
         """Refuse log-probabilities made under another definition than the ones this calibrator was fit on (an
-        engine that computes them another way, or does not say how): the feature would mean something else.
+        engine that computes them another way or does not say how, or decoding constrained where the fit's was free
+        or the other way round: :func:`logprob_definition`): the feature would mean something else.
 
         Raises:
             CalibratorFeatureError: naming both definitions and the engine.
@@ -67,8 +78,8 @@ class LogisticCalibrator:
         if "mean_logprob" in self.feature_names and definition != self.logprob_definition:
             raise CalibratorFeatureError(
                 f"the calibrator was fit on log-probabilities defined as {self.logprob_definition!r}, but engine "
-                f"{engine} gives {definition!r}: refit it with `veracity train calibrator` on this engine, or use "
-                "a calibrator without the mean_logprob feature")
+                f"{engine} gives {definition!r}: refit it with `veracity train calibrator` on this engine and "
+                "decoding, or use a calibrator without the mean_logprob feature")
 
     def matrix(self, rows: Sequence[Mapping[str, float | None]]) -> np.ndarray:
         """Feature rows (dicts) → a matrix in this calibrator's column order.

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
+from veracity.io import without_lone_surrogates
 from veracity.models.decoding import GrammarCache, RowSampler, row_seed
 from veracity.models.device import resolve_device
 from veracity.models.engine import (
@@ -29,6 +30,20 @@ from veracity.models.registry import ModelNotFoundError, model_fingerprint, reso
 
 logger = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Every generation_config field from which transformers builds a logits processor, at a value that builds none. A
+# model's generation_config.json may set any of them (several chat models ship repetition_penalty); generate() would
+# apply them before the grammar mask and RowSampler, so samples would come from penalised logits and the recorded
+# log-probs (engine.LOGPROB_DEFINITION: the model itself at T = 1) would be normalised over them while the chosen
+# token's logit is raw (a "log-prob" above 0). Our sampling is RowSampler's alone.
+NO_PROCESSORS: dict[str, object] = {
+    "temperature": None, "top_p": None, "top_k": None, "typical_p": None, "min_p": None, "top_h": None,
+    "epsilon_cutoff": None, "eta_cutoff": None, "repetition_penalty": None, "encoder_repetition_penalty": None,
+    "no_repeat_ngram_size": None, "encoder_no_repeat_ngram_size": None, "bad_words_ids": None, "sequence_bias": None,
+    "min_length": None, "min_new_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
+    "suppress_tokens": None, "begin_suppress_tokens": None, "exponential_decay_length_penalty": None,
+    "renormalize_logits": False, "remove_invalid_values": False, "guidance_scale": None, "watermarking_config": None,
+    "num_beams": 1, "diversity_penalty": None,
+}
 
 
 class TransformersEngine(Engine):
@@ -109,10 +124,11 @@ class TransformersEngine(Engine):
         return self._model_id
 
     def encode(self, request: GenerationRequest) -> list[int]:
+        # the tokenizer refuses a lone surrogate (a passage can hold one): the model reads U+FFFD
         if request.prompt is not None:
-            return self.tokenizer(request.prompt)["input_ids"]
+            return self.tokenizer(without_lone_surrogates(request.prompt))["input_ids"]
         text = self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True, tokenize=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(without_lone_surrogates(text), add_special_tokens=False)["input_ids"]
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         results: list[GenerationResult | None] = [None] * len(requests)
@@ -153,8 +169,8 @@ class TransformersEngine(Engine):
         sampler = RowSampler(seeds, params.temperature, params.top_p)
         processors = [self.grammars.processor(*params.constraint)] if params.constraint else []
         kwargs: dict[str, object] = dict(
-            max_new_tokens=params.max_new_tokens, do_sample=False,
-            temperature=None, top_p=None, top_k=None, logits_processor=LogitsProcessorList([*processors, sampler]),
+            max_new_tokens=params.max_new_tokens, do_sample=False, **NO_PROCESSORS,
+            logits_processor=LogitsProcessorList([*processors, sampler]),
             output_logits=True, return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
         )
         if params.stop:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
+from veracity.io import without_lone_surrogates
 from veracity.models.device import resolve_device
 from veracity.models.fingerprint import model_fingerprint
 from veracity.models.onnx_runtime import BACKENDS, OnnxSession, export_model, graph_tag, has_onnx
@@ -166,6 +167,8 @@ class NLIVerifier:
         inputs: list[tuple[str, str]] = []
         owner: list[int] = []
         for k, (premise, hypothesis) in enumerate(distinct):
+            # the tokenizer refuses a lone surrogate (a corpus text can hold one): scored as U+FFFD
+            premise, hypothesis = without_lone_surrogates(premise), without_lone_surrogates(hypothesis)
             windows = self.windows(premise, hypothesis)
             inputs += [(w, hypothesis) for w in windows]
             owner += [k] * len(windows)

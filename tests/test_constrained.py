@@ -101,9 +101,20 @@ def test_constrained_log_probs_are_the_unconstrained_ones_renormalised(engine: T
     assert everything.text == plain.text
 
 
-def test_samples_do_not_depend_on_the_batch(tiny_lm_dir: Path) -> None:
+def test_samples_do_not_depend_on_the_batch(tiny_lm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A request's samples are seeded from its own content: alone, batched with others, or in batches of another
-    size, it gets the same candidates."""
+    size, it gets the same candidates; and no two rows of a batch (other prompts, other candidates) share a noise
+    stream, so a prompt's samples are never another's noise replayed."""
+    import veracity.models.hf_engine as hf_engine
+
+    seeds: list[list[int]] = []
+
+    class Recording(hf_engine.RowSampler):
+        def __init__(self, row_seeds, *args, **kwargs):
+            seeds.append(list(row_seeds))
+            super().__init__(row_seeds, *args, **kwargs)
+
+    monkeypatch.setattr(hf_engine, "RowSampler", Recording)
     small = TransformersEngine(str(tiny_lm_dir), batch_size=1)
     large = TransformersEngine(str(tiny_lm_dir), batch_size=4)
 
@@ -116,6 +127,9 @@ def test_samples_do_not_depend_on_the_batch(tiny_lm_dir: Path) -> None:
     batched = large.generate([request("a much longer neighbour prompt, padded"), target, request("x")])[1]
     assert [c.text for c in alone.candidates] == [c.text for c in batched.candidates]
     assert len({c.text for c in alone.candidates}) > 1
+    alone_seeds, batch_seeds = seeds
+    assert len(batch_seeds) == 9 and len(set(batch_seeds)) == 9  # 3 prompts x 3 candidates: 9 streams
+    assert batch_seeds[3:6] == alone_seeds  # the target's own streams, wherever it sits
     other_seed = small.generate([GenerationRequest(messages=target.messages,
                                                    params=SamplingParams(**{**target.params.to_dict(), "seed": 12}))])
     assert [c.text for c in other_seed[0].candidates] != [c.text for c in alone.candidates]

@@ -275,3 +275,49 @@ def test_json_schema_enters_the_cache_key_only_when_set(tiny_lm_dir: Path) -> No
     assert len(keys) == 2 and request_key(engine, plain) not in keys
     with pytest.raises(ValueError, match="json_schema must be a JSON object"):
         SamplingParams(json_schema="[1]")
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz "
+
+
+@pytest.mark.parametrize(("temperature", "regex"), [(0.0, None), (0.0, f"[{LETTERS}]{{24}}"),
+                                                    (1.0, f"[{LETTERS}]{{24}}")])
+def test_a_generation_config_with_penalties_changes_neither_logprobs_nor_tokens(
+        tmp_path: Path, temperature: float, regex: str | None) -> None:
+    """A model whose generation_config.json sets repetition_penalty and no_repeat_ngram_size (as several chat models
+    ship), through ``veracity infer generate``: each log-prob is the raw model's (teacher-forced forward pass,
+    renormalised over what the regex allows; none above 0) and a greedy answer is the raw model's argmax at every
+    step — no penalty applied before the grammar mask and our own sampler."""
+    import json
+
+    import torch
+    from tiny_models import build_tiny_llama
+
+    from veracity import cli
+
+    model = build_tiny_llama(tmp_path / "penalised", repetition_penalty=5.0, no_repeat_ngram_size=1)
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "a", "claim": "aaaa aaaa aaaa"}) + "\n")
+    cli.main(["infer", "generate", "--input", str(items), "--output_dir", str(tmp_path / "run"), "--template",
+              "Claim: {claim}", "--model", str(model), "--max_new_tokens", "24", "--temperature", str(temperature),
+              "--n", "2", "--seed", "5", "--progress", "false", *(["--regex", regex] if regex else [])])
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    engine = TransformersEngine(str(model))
+    prompt = engine.encode(GenerationRequest.chat([{"role": "user", "content": "Claim: aaaa aaaa aaaa"}]))
+    allowed = engine.tokenizer(list(LETTERS), add_special_tokens=False)["input_ids"] if regex else None
+    for candidate in record["result"]["candidates"]:
+        tokens = engine.tokenizer(candidate["text"], add_special_tokens=False)["input_ids"]
+        scored = candidate["token_logprobs"]
+        assert len(tokens) == 24 and len(scored) >= 24 and max(scored) <= 0.0
+        with torch.no_grad():
+            logits = engine.model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1].float()
+        if allowed:  # the grammar's mask: only the letters are left
+            keep = torch.tensor([ids[0] for ids in allowed])
+            masked = torch.full_like(logits, float("-inf"))
+            masked[:, keep] = logits[:, keep]
+            logits = masked
+        raw = logits.log_softmax(-1)
+        assert scored[:24] == pytest.approx([raw[k, t].item() for k, t in enumerate(tokens)], abs=1e-4)
+        if temperature == 0:
+            assert tokens == logits.argmax(-1).tolist()  # the raw argmax, repeats and all
+            assert len(set(tokens)) < len(tokens)  # which no_repeat_ngram_size 1 would have forbidden

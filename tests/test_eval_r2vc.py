@@ -136,3 +136,74 @@ def test_infer_r2vc_counts_a_claim_the_pipeline_raised_on(tiny_verifier: Path, t
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["n"], metrics["n_errors"], metrics["errors"]) == (2, 1, 1)
     assert metrics["accuracy"] <= 0.5 and metrics["confusion"][S]["(none)"] == 1
+
+
+# --- issue 44, item 3: a lone surrogate survives every writer ---------------------------------------------------
+
+HALF = "half an emoji: \ud83d"  # what a corpus document's JSON escape "\ud83d" gives
+
+
+class SurrogateAnswers:
+    """R2VC's generator, scripted: a parsable answer whose rationale ends in a lone surrogate."""
+
+    kind = "scripted"
+    model_id = "surrogate"
+    identity = "scripted:surrogate"
+
+    def decoding(self, kinds=("json_schema",)) -> dict:
+        return {"constrained": bool(kinds), "logprob_definition": None}
+
+    def generate(self, requests):
+        from veracity.models.engine import Candidate, GenerationResult
+
+        answer = json.dumps({"label": "SUPPORTS", "rationale": HALF, "evidence_ids": [1]})
+        return [GenerationResult([Candidate(answer, "stop", [-0.1])]) for _ in requests]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_lone_surrogate_survives_every_file_of_infer_and_eval_r2vc(tiny_verifier: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import veracity.infer.pipelines.r2vc.pipeline as r2vc
+    from veracity import cli
+
+    monkeypatch.setattr(r2vc, "make_engine", lambda config: SurrogateAnswers())
+    claims = tmp_path / "claims.jsonl"  # json.dumps writes the surrogate as its escape, as a corpus file does
+    claims.write_text(json.dumps({"id": "c\ud83d", "claim": "Cats purr.", "evidence": [f"Cats purr. {HALF}"],
+                                  "label": "SUPPORTS"}) + "\n")
+    run, scored = tmp_path / "run", tmp_path / "scored"
+    cli.main(["infer", "r2vc", "--claims", str(claims), "--nli_model", str(tiny_verifier), "--n_candidates", "1",
+              "--cache", "", "--output_dir", str(run), "--progress", "false"])
+    cli.main(["eval", "r2vc", "--predictions", str(run / "records.jsonl"), "--output_dir", str(scored)])
+    files = sorted(p for p in [*run.rglob("*"), *scored.rglob("*")] if p.is_file() and p.suffix != ".png")
+    names = {p.name for p in files}
+    assert {"records.jsonl", "predictions.jsonl", "metrics.json", "summary.json", "report.md", "report.html",
+            "run_config.yaml"} <= names, names
+    for path in files:
+        text = path.read_bytes().decode("utf-8")  # strict: every file is UTF-8
+        if path.suffix == ".jsonl":  # the texts read back the same, the surrogate included
+            rows = [json.loads(line) for line in text.splitlines()]
+            result = [row.get("result", row) for row in rows][0]
+            assert result["id"] == "c\ud83d" and result["candidates"][0]["rationale"] == HALF, path
+            assert result["passages"][0]["text"] == f"Cats purr. {HALF}", path
+        elif path.suffix == ".json":
+            json.loads(text)
+    assert "half an emoji: \\ud83d" in (run / "report.html").read_text(encoding="utf-8")  # shown as the escape
+    metrics = json.loads((scored / "metrics.json").read_text())
+    assert metrics["n"] == 1 and json.loads((run / "metrics.json").read_text())["n"] == 1
+
+
+def test_the_share_of_answers_in_the_trained_quote_format_by_hand() -> None:
+    from veracity.infer.pipelines.r2vc.prompt import grounded_rationale
+
+    def candidate(rationale: str, label: str | None = S, source: str = "generator") -> dict:
+        return {"from": source, "label": label, "rationale": rationale}
+
+    trained = grounded_rationale(S, 'The bridge is "long".', 1)
+    claim = {**RECORDS[0], "candidates": [candidate(trained), candidate("It is long."),
+                                          candidate("", None), candidate("", S, "nli")]}
+    other = {**RECORDS[3], "candidates": [candidate(grounded_rationale(N, "x " * 300, 2))]}
+    # parsed generator answers: 3 (the unparsed one and the verifier's candidate do not count); 2 in the format
+    assert evaluate([claim, other])["quote_format_rate"] == pytest.approx(2 / 3)
+    assert evaluate(RECORDS)["quote_format_rate"] is None  # no generator answer at all

@@ -115,6 +115,8 @@ def test_pipeline_run_on_tiny_models(prepared_dir: Path, tiny_lm_dir: Path, tiny
     assert metrics["accuracy"] == pytest.approx(accuracy_score(gold, predicted))
     assert metrics["macro_f1"] == pytest.approx(f1_score(gold, predicted, labels=list(TERNARY_LABELS),
                                                          average="macro", zero_division=0))
+    # with --cache this reads the cache wrapper's decoding(); the engine's own, uncached, is asserted in
+    # test_r2vc_run.py::test_a_calibrator_fit_with_logprobs_names_its_decoding_and_refuses_another
     decoding = yaml.safe_load((out / "run_config.yaml").read_text())["decoding"]
     assert decoding["constrained"] is True and decoding["logprob_definition"] == LOGPROB_DEFINITION
     assert (out / "risk_coverage.png").stat().st_size > 1000 and (out / "reliability.png").stat().st_size > 1000
@@ -244,3 +246,63 @@ def test_risk_control_threshold_comes_from_the_calibrators_held_out_scores() -> 
     assert record["abstained"] and "tau_cal inf" in record["abstain_reason"]
     with pytest.raises(ValueError, match="held-out calib scores"):
         thresholds(R2VCConfig(abstention="risk_control", calibrator="c.json"), LogisticCalibrator(["s_ver"], [1.0], 0))
+
+
+# --- issue 44, item 2: a schema-valid answer parses whatever its rationale quotes ------------------------------
+
+QUOTING_RATIONALES = ["It says <think> there.", "see ```{}``` above", "a <think>x</think> b",
+                      "```json\n{\"label\": \"REFUTES\"}\n``` quoted", "</think> then <think>"]
+
+
+class QuotingEngine:
+    """R2VC's generator, scripted: one schema-valid answer per rationale above, each quoting markup that the parser
+    must read as text (a passage quoted in a rationale can hold any of it)."""
+
+    kind = "scripted"
+    model_id = "quoting"
+    identity = "scripted:quoting"
+
+    def decoding(self, kinds=("json_schema",)) -> dict:
+        return {"constrained": bool(kinds), "logprob_definition": None}
+
+    def generate(self, requests):
+        answers = [format_answer("SUPPORTS", r, [1]) for r in QUOTING_RATIONALES]
+        return [GenerationResult([Candidate(a, "stop", [-0.1]) for a in answers]) for _ in requests]
+
+    def close(self) -> None:
+        pass
+
+
+def test_rationales_quoting_reasoning_tags_and_fences_parse_verbatim_through_infer_r2vc(
+        tiny_verifier: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import veracity.infer.pipelines.r2vc.pipeline as r2vc
+    from veracity import cli
+
+    monkeypatch.setattr(r2vc, "make_engine", lambda config: QuotingEngine())
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text(json.dumps({"id": "a", "claim": "Cats purr.", "evidence": ["Cats purr."],
+                                  "label": "SUPPORTS"}) + "\n")
+    out = tmp_path / "run"
+    cli.main(["infer", "r2vc", "--claims", str(claims), "--nli_model", str(tiny_verifier), "--n_candidates",
+              str(len(QUOTING_RATIONALES)), "--cache", "", "--output_dir", str(out), "--progress", "false"])
+    (row,) = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    generated = [c for c in row["result"]["candidates"] if c["from"] == "generator"]
+    assert [(c["parse_error"], c["label"], c["rationale"]) for c in generated] == [
+        (None, "SUPPORTS", r) for r in QUOTING_RATIONALES]
+    assert json.loads((out / "metrics.json").read_text())["parse_failure_rate"] == 0.0
+
+
+@pytest.mark.parametrize(("text", "value", "error"), [
+    ('<think>weigh {"label": "REFUTES"}</think>{"label": "SUPPORTS", "r": "<think>"}', {"label": "SUPPORTS",
+                                                                                         "r": "<think>"}, None),
+    ('prose {"r": "```{}```"} then ```json\n{"label": "REFUTES"}\n```', {"label": "REFUTES"}, None),
+    ('<think>still {"label": "SUPPORTS"', None, "unterminated_think"),
+    ('{"label": "SUPPORTS", "r": "cut', None, "invalid_json"),
+    ("no object at all", None, "no_json_object"),
+])
+def test_reasoning_blocks_and_fences_count_only_outside_json_strings(text: str, value: dict | None,
+                                                                      error: str | None) -> None:
+    from veracity.infer.parsing import extract_json_object
+
+    result = extract_json_object(text)
+    assert result.value == value and (result.error or "").split(":")[0] == (error or "")

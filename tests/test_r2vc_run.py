@@ -197,3 +197,44 @@ def test_the_retrieval_index_of_a_prepared_corpus_is_built_in_prepare_before_any
         assert (tmp_path / "index" / "fever_wiki_paragraphs" / "index_meta.json").is_file()
     finally:
         pipeline.close()
+
+
+# --- issue 44, item 7: a calibrator fit on constrained log-probs refuses free ones -------------------------------
+
+FACTS = [("The bridge is {} metres long.", "SUPPORTS"), ("The river is {} km wide.", "REFUTES"),
+         ("The tower has {} floors.", "NOT ENOUGH INFO")]
+
+
+def test_a_calibrator_fit_with_logprobs_names_its_decoding_and_refuses_another(
+        tiny_lm_dir: Path, tiny_verifier: Path, tmp_path: Path, capsys) -> None:
+    """``train calibrator`` on a tiny generator (no response cache: the engine's own ``decoding()`` is recorded)
+    fits the mean_logprob feature under a definition that says "constrained"; ``infer r2vc --constrained false``
+    with it is refused before anything is written, ``--constrained true`` runs."""
+    from veracity import cli
+    from veracity.models.engine import LOGPROB_DEFINITION
+
+    claims = _claims(tmp_path / "claims.jsonl", [
+        {"id": f"c{k}", "claim": text.format(k + 10), "evidence": [text.format(k + 10 + (k % 3 == 1))],
+         "label": label} for k in range(12) for text, label in [FACTS[k % 3]]])
+    models = ["--model", str(tiny_lm_dir), "--nli_model", str(tiny_verifier), "--n_candidates", "2",
+              "--rationale_max_chars", "12", "--progress", "false"]
+    calibrator_dir = tmp_path / "calibrator"
+    cli.main(["train", "calibrator", "--claims", str(claims), *models, "--calibrator_dir", str(calibrator_dir)])
+    fitted = json.loads((calibrator_dir / "calibrator.json").read_text())
+    assert "mean_logprob" in fitted["feature_names"]
+    assert fitted["logprob_definition"] == f"{LOGPROB_DEFINITION}, constrained"
+    simulation = yaml.safe_load((calibrator_dir / "simulation" / "run_config.yaml").read_text())
+    assert simulation["decoding"] == {"constrained": True, "logprob_definition": LOGPROB_DEFINITION}
+
+    calibrator = str(calibrator_dir / "calibrator.json")
+    out = tmp_path / "free"
+    error = _fails(["infer", "r2vc", "--claims", str(claims), *models, "--calibrator", calibrator,
+                    "--constrained", "false", "--output_dir", str(out)], capsys)
+    assert error.startswith(f"{calibrator}: the calibrator was fit on log-probabilities defined as "
+                            f"'{LOGPROB_DEFINITION}, constrained', but engine transformers:")
+    assert f"gives '{LOGPROB_DEFINITION}, free'" in error and not out.exists()
+    two = _claims(tmp_path / "two.jsonl", [json.loads(line) for line in claims.read_text().splitlines()[:2]])
+    assert cli.main(["infer", "r2vc", "--claims", str(two), *models, "--calibrator", calibrator,
+                     "--output_dir", str(tmp_path / "constrained")]) == 0
+    decoding = yaml.safe_load((tmp_path / "constrained" / "run_config.yaml").read_text())["decoding"]
+    assert decoding == {"constrained": True, "logprob_definition": LOGPROB_DEFINITION}

@@ -29,8 +29,9 @@ def build_tokenizer():
     return fast
 
 
-def build_tiny_llama(folder: Path, seed: int = 0) -> Path:
-    """Save a random tiny Llama (hidden 64, 2 layers) with the byte tokenizer; loadable by from_pretrained."""
+def build_tiny_llama(folder: Path, seed: int = 0, max_positions: int = 1024, **generation: object) -> Path:
+    """Save a random tiny Llama (hidden 64, 2 layers) with the byte tokenizer; loadable by from_pretrained.
+    ``generation``: extra ``generation_config`` fields (what some chat models ship, e.g. ``repetition_penalty``)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -38,14 +39,14 @@ def build_tiny_llama(folder: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
     )
     model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=tokenizer.pad_token_id, **generation,
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -46,7 +46,7 @@ from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
 from veracity.infer.pipelines.r2vc.run import run
 from veracity.infer.pipelines.r2vc.signals import SignalSettings, feature_names
 from veracity.io import write_json
-from veracity.models.calibrator import LogisticCalibrator
+from veracity.models.calibrator import LogisticCalibrator, logprob_definition
 from veracity.models.device import resolve_device
 from veracity.models.engine import EngineConfig
 from veracity.rundir import package_versions, write_run_config
@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     calibrator.versions = package_versions(("veracity", "scikit-learn", "numpy"))
     if logprobs:  # the definition its log-prob feature was made under: inference refuses another
         decoding = yaml.safe_load((simulation / "run_config.yaml").read_text(encoding="utf-8")).get("decoding") or {}
-        calibrator.logprob_definition = decoding.get("logprob_definition")
+        calibrator.logprob_definition = logprob_definition(decoding)
     calibrator.save(out / "calibrator.json")
     write_json(out / "metrics.json", {**metrics, "features": names, "risk_control": {
         k: v for k, v in calibrator.risk_control.items() if not k.startswith("holdout_")}})

@@ -27,7 +27,13 @@ from veracity.config import parse_config
 from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.schema import NOT_ENOUGH_INFO, TERNARY_LABELS, ClaimExample
 from veracity.data_prep.splits import hash_int
-from veracity.infer.pipelines.r2vc.prompt import format_answer, grounded_rationale, parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.prompt import (
+    fit_rationale,
+    format_answer,
+    grounded_rationale,
+    parse_r2vc_answer,
+    prompt_messages,
+)
 from veracity.infer.pipelines.r2vc.signals import NLI_TO_LABEL, SignalSettings, claim_signals
 from veracity.io import write_json, write_jsonl
 from veracity.models.engine import EngineConfig, GenerationRequest, make_engine
@@ -91,6 +97,16 @@ def answer(label: str, passage: str, passage_id: int) -> str:
     return format_answer(label, grounded_rationale(label, passage, passage_id), ids)
 
 
+def as_target(text: str, num_passages: int) -> str | None:
+    """A mined (free) answer rewritten in the format the answer schema admits — its rationale fitted
+    (:func:`~veracity.infer.pipelines.r2vc.prompt.fit_rationale`), its ids among the prompt's passages — or None
+    when it does not parse: a DPO target is one the constrained generator can write."""
+    parsed, _ = parse_r2vc_answer(text, num_passages)
+    if parsed is None:
+        return None
+    return format_answer(parsed.label, fit_rationale(parsed.rationale), parsed.evidence_ids[:num_passages])
+
+
 Miner = Callable[[Sequence[ClaimExample], Sequence[list[dict[str, str]]]], list[str | None]]
 
 
@@ -132,7 +148,8 @@ def build(config: TrainingSetConfig, miner: Miner | None = None
         for start in range(0, len(lonely), 16):
             chunk = lonely[start : start + 16]
             answers = miner(chunk, [prompt_messages(e.claim, layouts[e.id][0]) for e in chunk])
-            mined.update(zip([e.id for e in chunk], answers, strict=True))
+            mined.update((e.id, as_target(text, len(layouts[e.id][0])) if text else None)
+                         for e, text in zip(chunk, answers, strict=True))
     for example in examples:
         passages, gold_id = layouts[example.id]
         prompt = prompt_messages(example.claim, passages)

@@ -5,12 +5,33 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+# How every writer encodes text: UTF-8, and a lone surrogate (half an emoji in a corpus document, which JSON's
+# "\ud83d" escapes carry into a str) — the one thing UTF-8 cannot write — as its backslash escape ``\ud83d`` instead
+# of an error after the work is done. In JSON text a str only holds one inside a string, where the escape is JSON's
+# own: the value reads back the same. In HTML or Markdown it shows as the escape.
+TEXT_ERRORS = "backslashreplace"
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate as U+FFFD: what a tokenizer (Rust ``tokenizers`` refuses a str holding one)
+    or a grammar over UTF-8 bytes is given."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def encode_text(text: str) -> bytes:
+    """``text`` as the bytes every writer here writes (UTF-8; :data:`TEXT_ERRORS` for a lone surrogate)."""
+    return text.encode("utf-8", TEXT_ERRORS)
 
 
 def process_umask() -> int:
@@ -33,14 +54,16 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
 
     A crash or an exception leaves the previous file (if any) untouched and no half-written output behind. The file
     gets the mode a plain ``open`` would give it (``0o666`` less the umask), not the temp file's private ``0o600``.
+    Text mode writes UTF-8 with lone surrogates escaped (:data:`TEXT_ERRORS`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~process_umask())
-        encoding = None if "b" in mode else "utf-8"
-        with os.fdopen(fd, mode, encoding=encoding, newline=None if "b" in mode else "\n") as handle:
+        text = "b" not in mode
+        with os.fdopen(fd, mode, encoding="utf-8" if text else None, errors=TEXT_ERRORS if text else None,
+                       newline="\n" if text else None) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -65,7 +88,7 @@ def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> tuple[int, 
     count = 0
     with atomic_writer(path, "wb") as handle:
         for row in rows:
-            data = (dumps_canonical(row) + "\n").encode("utf-8")
+            data = encode_text(dumps_canonical(row) + "\n")
             digest.update(data)
             handle.write(data)
             count += 1
@@ -77,6 +100,12 @@ def write_json(path: str | Path, obj: Any) -> None:
     with atomic_writer(path) as handle:
         json.dump(obj, handle, ensure_ascii=False, indent=2, sort_keys=True)
         handle.write("\n")
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Atomically write ``text`` (reports, tables) as every writer here encodes it."""
+    with atomic_writer(path) as handle:
+        handle.write(text)
 
 
 def json_error_message(error: json.JSONDecodeError, column: int | None = None) -> str:

@@ -46,8 +46,9 @@ from veracity.infer.metrics import (
     risk_coverage,
     selective_metrics,
 )
+from veracity.infer.pipelines.r2vc.prompt import keeps_quote_format
 from veracity.infer.plots import reliability_diagram, risk_coverage_plot
-from veracity.io import write_json, write_jsonl
+from veracity.io import write_json, write_jsonl, write_text
 
 
 @dataclass
@@ -108,6 +109,7 @@ def evaluate(records: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]]
         "outcomes": dict(sorted(outcomes.items())),
         "confusion": confusion(gold, prediction, list(TERNARY_LABELS)),
         "parse_failure_rate": _parse_failure_rate(scored),
+        "quote_format_rate": _quote_format_rate(scored),
     }
     sources = sorted({r.get("source", "") for r in scored} | {e.get("source", "") for e in failed})
     if len(sources) > 1:
@@ -116,6 +118,12 @@ def evaluate(records: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]]
                                           [e for e in failed if e.get("source", "") == s]).items()
                 if k not in ("confusion", "by_source")} for s in sources}
     return metrics
+
+
+def _quote_format_rate(records: Sequence[dict[str, Any]]) -> float | None:
+    """Share of the parsed generator answers whose rationale keeps the trained quote format (None: none parsed)."""
+    parsed = [c for r in records for c in r.get("candidates", []) if c.get("from") == "generator" and c.get("label")]
+    return sum(keeps_quote_format(c.get("rationale") or "") for c in parsed) / len(parsed) if parsed else None
 
 
 def _parse_failure_rate(records: Sequence[dict[str, Any]]) -> float:
@@ -167,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         right = [r["label"] == r["gold"] for r in scored]
         calibrated = [r["confidence"] for r in scored]
         raw = [r["confidence_uncalibrated"] for r in scored]
-        (out / "report.md").write_text(report_markdown(metrics, f"R2VC — {args.predictions}"), encoding="utf-8")
+        write_text(out / "report.md", report_markdown(metrics, f"R2VC — {args.predictions}"))
         if args.plots and scored:
             risk_coverage_plot({"calibrated": risk_coverage(calibrated, right),
                                 "uncalibrated (s_ver)": risk_coverage(raw, right)}, out / "risk_coverage.png")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from veracity.infer.pipelines.r2vc.prompt import RATIONALE_MAX_CHARS
 from veracity.infer.retrieval.fusion import DEFAULT_ALPHA
 
 ABSTENTION_MODES = ("fixed", "risk_control", "none")
@@ -56,8 +57,9 @@ class R2VCConfig:
     constrained: bool = field(default=True, metadata={
         "help": "Constrain decoding to the answer's JSON schema where the engine can (transformers, vLLM, servers "
                 "known to enforce it); the parser stays the final check. false: free decoding (an ablation)."})
-    rationale_max_chars: int = field(default=200, metadata={
-        "help": "Longest rationale the answer schema allows (bounds the answer, so it ends before the budget)."})
+    rationale_max_chars: int = field(default=RATIONALE_MAX_CHARS, metadata={
+        "help": "Longest rationale the answer schema allows (bounds the answer, so it ends before the budget); the "
+                "SFT/DPO targets are written within the default."})
     seed: int = field(default=13, metadata={
         "help": "Sampling seed of the generator's candidates (which claims --max_examples keeps is --subset_seed)."})
     # --- verifier and decision ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from veracity.data_prep.schema import ClaimExample, to_ternary
 from veracity.data_prep.splits import hash_int
 from veracity.infer.batch import IdCheck
 from veracity.infer.pipelines.r2vc.config import RETRIEVAL_CORPORA, R2VCConfig
-from veracity.io import write_json
+from veracity.io import write_json, write_text
 from veracity.models.calibrator import LogisticCalibrator, calibrator_file
 
 
@@ -146,6 +146,6 @@ def record_scope(out: Path, metrics: dict[str, Any], scope: dict[str, Any]) -> d
     report = out / "report.md"
     if report.is_file():
         text = report.read_text(encoding="utf-8").rstrip("\n")
-        report.write_text(f"{text}\n\n## Risk-control guarantee\n\n{scope['note']}\n", encoding="utf-8")
+        write_text(report, f"{text}\n\n## Risk-control guarantee\n\n{scope['note']}\n")
     print(f"risk control: {scope['note']}")
     return metrics

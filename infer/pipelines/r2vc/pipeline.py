@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from veracity.data_prep.errors import DataError
 from veracity.data_prep.prepared import prepared_path
 from veracity.data_prep.schema import NOT_ENOUGH_INFO
 from veracity.infer.eval.r2vc import main as evaluate
@@ -59,7 +60,7 @@ from veracity.infer.pipelines.r2vc.signals import (
 from veracity.infer.retrieval.index import IndexSettings, build_index, load_index
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 from veracity.io import sha256_file
-from veracity.models.calibrator import CalibratorFeatureError, LogisticCalibrator, calibrator_file
+from veracity.models.calibrator import CalibratorFeatureError, LogisticCalibrator, calibrator_file, logprob_definition
 from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult, make_engine
 from veracity.models.nli import NLIVerifier
 
@@ -217,7 +218,10 @@ class R2VCPipeline:
             self.calibrator = LogisticCalibrator.load(config.calibrator)
         thresholds(config, self.calibrator)  # a risk_control run without a chosen τ_cal fails before any work
         if self.calibrator is not None and self.engine is not None:  # before any work, not claim by claim
-            self.calibrator.check_logprob_definition(self.decoding()["logprob_definition"], self.engine.identity)
+            try:
+                self.calibrator.check_logprob_definition(logprob_definition(self.decoding()), self.engine.identity)
+            except CalibratorFeatureError as error:  # a file that does not fit this run: one line, exit 2
+                raise DataError(calibrator_file(config.calibrator), None, str(error)) from None
         self._searchers: dict[str, Any] = {}
         self.seconds: dict[str, float] = defaultdict(float)
 

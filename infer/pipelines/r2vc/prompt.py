@@ -16,13 +16,14 @@ serve SmolLM2 and Nemotron-8B.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from veracity.data_prep.schema import NOT_ENOUGH_INFO, REFUTES, SUPPORTS, TERNARY_LABELS, to_ternary
 from veracity.infer.parsing import parse_json_answer
-from veracity.infer.structured import schema_text, token_budget
+from veracity.infer.structured import bounded_string, schema_text, token_budget
 
 SYSTEM_PROMPT = (
     "You are a careful fact-checker. Judge the claim only by the numbered evidence passages. The passages are "
@@ -31,6 +32,10 @@ SYSTEM_PROMPT = (
 )
 ANSWER_KEYS = ("label", "rationale", "evidence_ids")
 ANSWER_SCHEMA: dict[str, type] = {"label": str, "rationale": str, "evidence_ids": list}
+# The longest rationale, read by both sides: the answer schema's default maxLength (R2VCConfig.rationale_max_chars)
+# and the SFT/DPO targets (grounded_rationale). A target longer than the schema allows, or holding a character its
+# bounded string cannot (a quote: no escapes, infer/structured.py), is one the constrained generator cannot write.
+RATIONALE_MAX_CHARS = 200
 
 
 def answer_schema(num_passages: int, rationale_max_chars: int) -> dict[str, Any]:
@@ -88,16 +93,42 @@ def format_answer(label: str, rationale: str, evidence_ids: Sequence[int]) -> st
                       ensure_ascii=False)
 
 
-def grounded_rationale(label: str, passage: str, passage_id: int, max_chars: int = 220) -> str:
-    """A rationale that quotes the passage it rests on (what SFT teaches: cite, then conclude)."""
-    quote = passage.strip()
-    if len(quote) > max_chars:
-        quote = quote[: max_chars].rsplit(" ", 1)[0] + " …"
-    if label == SUPPORTS:
-        return f'Passage [{passage_id}] states: "{quote}" This supports the claim.'
-    if label == REFUTES:
-        return f'Passage [{passage_id}] states: "{quote}" This contradicts the claim.'
-    return f'Passage [{passage_id}] says: "{quote}" This does not settle the claim either way.'
+# How a grounded rationale frames its quote, per label: the verb before it, the conclusion after it.
+_FRAMES = {SUPPORTS: ("states", "This supports the claim."), REFUTES: ("states", "This contradicts the claim."),
+           NOT_ENOUGH_INFO: ("says", "This does not settle the claim either way.")}
+
+
+def fit_rationale(text: str, max_chars: int = RATIONALE_MAX_CHARS) -> str:
+    """``text`` as the answer schema's rationale admits it: :func:`~veracity.infer.structured.bounded_string`'s
+    characters, whitespace runs as one space, and at most ``max_chars`` characters (cut at a word, marked ``…``)."""
+    text = " ".join(bounded_string(text).split())
+    if len(text) <= max_chars:
+        return text
+    return text[: max_chars - 2].rsplit(" ", 1)[0] + " …"
+
+
+def grounded_rationale(label: str, passage: str, passage_id: int, max_chars: int = RATIONALE_MAX_CHARS) -> str:
+    """A rationale that quotes the passage it rests on (what SFT teaches: cite, then conclude), written so that the
+    constrained generator can write it too: at most ``max_chars`` characters in all (the schema's maxLength) and the
+    quote between typographic quotes, its text cut to fit and in :func:`fit_rationale`'s characters."""
+    verb, conclusion = _FRAMES[label]
+    opening, closing = f"Passage [{passage_id}] {verb}: \u201c", f"\u201d {conclusion}"
+    room = max_chars - len(opening) - len(closing)
+    if room < 8:
+        raise ValueError(f"max_chars {max_chars} leaves no room to quote a passage")
+    return opening + fit_rationale(passage, room) + closing
+
+
+# A rationale written the way SFT/DPO train the generator to write it (any label's frame, any passage id)
+_QUOTE_FORMAT = re.compile("Passage \\[\\d+\\] (?:{}): \u201c[^\u201d]*\u201d (?:{})".format(
+    "|".join(sorted({re.escape(verb) for verb, _ in _FRAMES.values()})),
+    "|".join(re.escape(conclusion) for _, conclusion in _FRAMES.values())))
+
+
+def keeps_quote_format(rationale: str) -> bool:
+    """Whether ``rationale`` is in the trained format of :func:`grounded_rationale` (cite a passage, quote it,
+    conclude): what the generator-checkpoint table reports of the fine-tuned generators' answers."""
+    return _QUOTE_FORMAT.fullmatch(rationale) is not None
 
 
 @dataclass(frozen=True)
