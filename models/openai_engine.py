@@ -36,6 +36,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from veracity.models.engine import (
@@ -128,6 +129,12 @@ class OpenAIEngine(Engine):
 
     def _one(self, request: GenerationRequest) -> GenerationResult:
         params = request.params
+        if params.temperature == 0 and params.n > 1:
+            # Greedy decoding has one answer however often it is asked (vLLM's server refuses greedy n > 1): ask
+            # once, repeat it n times, as the local engines do.
+            once = self._one(GenerationRequest(request.messages, request.prompt, replace(params, n=1)))
+            once.candidates = [replace(once.candidates[0]) for _ in range(params.n)] if once.ok else []
+            return once
         try:
             candidates: list[Candidate] = []
             prompt_tokens = None

@@ -162,7 +162,7 @@ def test_retries_with_backoff(statuses: list[int], ok: bool, attempts: int) -> N
     server = _stub(script)
     try:
         engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{server.server_port}/v1", max_retries=2)
-        result = engine.generate([GenerationRequest.chat(HELLO, n=2)])[0]
+        result = engine.generate([GenerationRequest.chat(HELLO, n=2, temperature=1.0)])[0]
     finally:
         server.shutdown()
     assert len(script.seen) == attempts and result.ok is ok

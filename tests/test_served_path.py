@@ -19,7 +19,7 @@ from openai_stub import Stub, openai_stub
 
 from veracity.infer import generate
 from veracity.models.cache import CachedEngine, ResponseCache
-from veracity.models.engine import Candidate, Engine, GenerationResult, answer_budget
+from veracity.models.engine import Candidate, Engine, GenerationRequest, GenerationResult, answer_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = {"type": "object", "properties": {"label": {"enum": ["SUPPORTS", "REFUTES"]}}, "required": ["label"],
@@ -264,3 +264,13 @@ def test_the_installed_metadata_names_every_module_the_engines_import() -> None:
     imported = set().union(*(_third_party_imports(ROOT / "models" / f"{m}.py") for m in engines)) - OPTIONAL
     missing = {m for m in imported if DISTRIBUTIONS.get(m, m).lower().replace("_", "-") not in required}
     assert "xgrammar" in imported and not missing, f"imported by the engines, not in the dependencies: {missing}"
+
+
+def test_greedy_n_is_asked_once_and_repeated() -> None:
+    """vLLM's server answers 400 to greedy requests with n > 1: one greedy answer, asked once, repeated n times."""
+    from veracity.models.openai_engine import OpenAIEngine
+
+    with openai_stub(Stub(answer=lambda body: "same")) as stub:
+        engine = OpenAIEngine("m", base_url=stub.url, server="vllm", max_retries=0)
+        result = engine.generate([GenerationRequest.chat([{"role": "user", "content": "hi"}], n=3)])[0]
+    assert [b["n"] for b in stub.seen] == [1] and [c.text for c in result.candidates] == ["same"] * 3
