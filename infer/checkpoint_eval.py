@@ -49,7 +49,7 @@ from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
 from veracity.models.engine import Engine, EngineConfig, GenerationRequest, make_engine
 from veracity.models.nli import NLIVerifier
-from veracity.rundir import write_run_config
+from veracity.rundir import update_decoding, write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
     """The generator's label on each example's gold evidence (one passage). Constrained, the answer follows the
     R2VC schema and ``max_new_tokens`` is its token budget; a parse failure of an answer cut by the budget is
     named ``length``."""
-    constraint = answer_constraint(1, rationale_max_chars, constrained, max_new_tokens)
+    constraint = answer_constraint(1, rationale_max_chars, constrained, max_new_tokens, engine)
     requests = [GenerationRequest.chat(prompt_messages(e.claim, [e.evidence_text]), **constraint) for e in examples]
     predictions: list[str | None] = []
     rows = []
@@ -200,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         seconds = time.perf_counter() - started  # model time: examples scored per second on --device
         results[source].update(seconds=round(seconds, 2), examples_per_second=round(len(examples) / seconds, 3))
         rows += source_rows
+    if engine is not None:  # what the engine learned from the server (a rejected schema) goes in the record
+        update_decoding(args.output_dir, engine.decoding(["json_schema"] if args.constrained else []))
     write_jsonl(Path(args.output_dir) / "predictions.jsonl", rows)
     write_json(Path(args.output_dir) / "metrics.json", results)
     table = markdown(results, args.kind)

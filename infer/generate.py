@@ -46,7 +46,7 @@ from veracity.models.engine import (
     SamplingParams,
     make_engine,
 )
-from veracity.rundir import write_run_config
+from veracity.rundir import update_decoding, write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -179,12 +179,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     try:
         with output_lock(out / name):  # a refused second run must not overwrite the running one's record either
             engine = make_engine(engine_config)
+            kinds = [params.constraint[0]] if params.constraint else []
             try:
                 write_run_config(out, args, sampling, engine_config, job="infer generate",
                                  models={"generator": engine.identity}, resumes=out / name,
-                                 decoding=engine.decoding([params.constraint[0]] if params.constraint else []),
+                                 decoding=engine.decoding(kinds),
                                  device=resolve_device(engine_config.device))
-                summary = run_batch(items, make_processor(engine, args, params), out / name, id_field=args.id_field,
+                process = make_processor(engine, args, params)
+
+                def watched(batch: Sequence[dict[str, Any]]) -> list[Any]:
+                    try:
+                        return process(batch)
+                    finally:  # what the engine learned from the server (a rejected schema) goes in the record
+                        update_decoding(out, engine.decoding(kinds))
+
+                summary = run_batch(items, watched, out / name, id_field=args.id_field,
                                     shard=shard, batch_size=args.requests_per_call, progress=args.progress,
                                     retry_errors=args.retry_errors, take_lock=False)
             finally:

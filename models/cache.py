@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from veracity.models.engine import Engine, GenerationRequest, GenerationResult
 
@@ -81,6 +82,11 @@ class CachedEngine(Engine):
     @property
     def model_id(self) -> str:
         return self.engine.model_id
+
+    def decoding(self, kinds: Sequence[str] = ("json_schema",)) -> dict[str, Any]:
+        """The wrapped engine's (a cache enforces nothing: replayed answers were made by that engine, under the same
+        key — engine kind, model id, request — so what it says of its decoding holds for them too)."""
+        return self.engine.decoding(kinds)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         keys = [request_key(self.engine, r) for r in requests]

@@ -172,6 +172,17 @@ class GenerationResult:
 LOGPROB_DEFINITION = "model_t1_renormalised_over_allowed"
 
 
+def answer_budget(engine: Engine, kind: str | None, format_budget: int, max_new_tokens: int) -> int:
+    """``max_new_tokens`` of a request whose answer format is ``kind`` (json_schema, regex, choice; None: no format
+    asked): the one rule of the four pipelines and the judges. An answer the engine holds to its format ends by
+    itself, so it gets ``format_budget`` (the longest answer the format admits: ``infer.structured``); any other
+    answer — no format asked, or an engine that does not enforce this kind — gets the configured ``max_new_tokens``.
+    Asked per request, so a server found not to enforce a kind mid-run gets the free budget from then on."""
+    if kind is not None and engine.decoding([kind])["constrained"]:
+        return format_budget
+    return max_new_tokens
+
+
 def choice_grammar(choices: Sequence[str]) -> str:
     """A grammar whose only sentences are ``choices``, in the EBNF both xgrammar and llama.cpp's GBNF read (JSON
     string literals are valid literals in both)."""
@@ -249,7 +260,10 @@ class EngineConfig:
     batch_size: int = field(default=8, metadata={"help": "Requests per forward batch (transformers)."})
     dtype: str = field(default="auto", metadata={"help": "auto, float32, bfloat16, float16."})
     base_url: str = field(default="http://127.0.0.1:8000/v1", metadata={"help": "OpenAI-compatible server URL."})
-    api_key: str = field(default="EMPTY", metadata={"help": "API key (or set OPENAI_API_KEY)."})
+    api_key: str | None = field(default=None, metadata={
+        "help": "API key; none: OPENAI_API_KEY, else 'EMPTY'. Never written to a run's files (recorded as "
+                "'<redacted>').",
+    })
     timeout: float = field(default=60.0, metadata={"help": "Seconds per HTTP request."})
     max_retries: int = field(default=4, metadata={
         "help": "Retries by the openai SDK (backoff with jitter, Retry-After honoured): timeouts, 408/409/429, 5xx."})

@@ -11,21 +11,32 @@ choices than asked, the rest are requested one by one with distinct seeds; log-p
 give are reported as unavailable (None), never as zeros.
 
 Constraints go the way each server reads them (``server``): a JSON schema as ``response_format: {"type":
-"json_schema", ...}`` (vLLM, Ollama ≥ 0.5, llama.cpp's server and OpenAI enforce it), a regex or a choice as vLLM's
-``structured_outputs``, a choice as a GBNF ``grammar`` for llama.cpp. A server that rejects ``response_format`` with
-a 400 naming it is detected on first use, and the rest go without. Enforcement is never assumed: ``decoding()``
-reports a constraint as enforced only for a server known to enforce that kind (:data:`ENFORCES`) that did not
-reject it — ``transformers serve`` answers 200 and ignores ``response_format``, so an unknown server is reported
-as unconstrained. The caller's strict parser stays the final check either way.
+"json_schema", ...}`` (Ollama ≥ 0.5, llama.cpp's server and OpenAI enforce it), everything as vLLM's
+``structured_outputs`` for vLLM (a JSON schema with ``disable_any_whitespace``: vLLM's JSON grammar otherwise allows
+free whitespace, which a budget sized for the compact answer cannot hold), a choice as a GBNF ``grammar`` for
+llama.cpp. Raw-prompt requests (``/v1/completions``) carry their constraint the same way where the server reads it
+there (vLLM: ``structured_outputs``; llama.cpp: ``json_schema`` or ``grammar``). A server that rejects a constraint
+with a 400 naming it is detected on first use, and the rest of that kind go without.
+
+Enforcement is never assumed, and ``decoding()`` reports what was done: a constraint kind counts as enforced only
+for a server known to enforce it (:data:`ENFORCES`) as long as every request of that kind so far was sent in a
+field the server enforces and not rejected; one request that went without (a rejected schema, a raw prompt to a
+server that reads no constraint there) makes it ``constrained: false`` from then on — the driver rewrites the run
+record when that changes. ``transformers serve`` answers 200 and ignores ``response_format``, so an unknown server is
+reported as unconstrained. The caller's strict parser stays the final check either way.
+
+``api_key``: None reads ``OPENAI_API_KEY`` (as the SDK does); without it, ``"EMPTY"`` (local servers want some key).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from veracity.models.engine import (
@@ -51,6 +62,10 @@ ENFORCES: dict[str, frozenset[str]] = {
     "transformers": frozenset(),
     "unknown": frozenset(),
 }
+# Words of a 400 that refuses the request's constraint rather than the request (vLLM: "The provided JSON schema
+# contains features not supported by xgrammar", "Failed to transform json schema into a grammar"; OpenAI strict mode:
+# "Invalid schema for response_format").
+CONSTRAINT_WORDS = ("response_format", "json_schema", "json schema", "structured output", "grammar", "regex")
 # Servers whose log-probabilities follow LOGPROB_DEFINITION (vLLM computes them after its grammar mask, at T = 1).
 SAME_LOGPROBS = frozenset({"vllm"})
 
@@ -58,26 +73,30 @@ SAME_LOGPROBS = frozenset({"vllm"})
 class OpenAIEngine(Engine):
     kind = "openai"
 
-    def __init__(self, model: str, base_url: str = "http://127.0.0.1:8000/v1", api_key: str = "EMPTY",
+    def __init__(self, model: str, base_url: str = "http://127.0.0.1:8000/v1", api_key: str | None = None,
                  timeout: float = 60.0, max_retries: int = 4, concurrency: int = 4,
                  send_generation_config: bool = False, server: str = "unknown"):
         """``max_retries``: retries after the first attempt, done by the openai SDK (backoff with jitter,
         ``Retry-After`` honoured). ``send_generation_config``: also send the sampling settings as a per-request
         ``generation_config`` (``transformers serve`` samples only when asked that way; elsewhere it decodes
         greedily). ``server``: which kind of server answers (a key of :data:`ENFORCES`): how constraints are sent,
-        and whether they are reported as enforced."""
+        and whether they are reported as enforced. ``api_key``: None reads ``OPENAI_API_KEY``, else ``"EMPTY"``."""
         import openai  # lazy: 0.9 s to import, paid only when an openai engine is built
 
         if server not in ENFORCES:
             raise ValueError(f"unknown server kind {server!r}; choose one of {sorted(ENFORCES)}")
 
         self.openai = openai
+        api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"  # never stored on self: runs record engines
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
         self.model, self.base_url = model, base_url
         self.max_retries, self.concurrency = max_retries, max(1, concurrency)
         self.send_generation_config, self.server = send_generation_config, server
         self.n_supported: bool | None = None  # learned from the first answer with n > 1
         self.json_schema_supported: bool | None = None  # learned from the first request with a json_schema
+        # constraint kinds at least one request went without (rejected, or no field the server enforces): sticky
+        self.unenforced: set[str] = set()
+        self.rejected: set[str] = set()  # kinds the server refused with a 400: not sent again
         self._lock = threading.Lock()
 
     @property
@@ -93,10 +112,10 @@ class OpenAIEngine(Engine):
         return key
 
     def decoding(self, kinds: Sequence[str] = ("json_schema",)) -> dict[str, Any]:
+        """What was done so far (module docstring): ``constrained`` only while every request of these kinds went to
+        this server in a field it enforces and was not rejected."""
         enforced = ENFORCES[self.server]
-        constrained = bool(kinds) and all(k in enforced for k in kinds)
-        if "json_schema" in kinds and self.json_schema_supported is False:
-            constrained = False
+        constrained = bool(kinds) and all(k in enforced and k not in self.unenforced for k in kinds)
         return {"constrained": constrained, "server": self.server,
                 "logprob_definition": LOGPROB_DEFINITION if self.server in SAME_LOGPROBS else None}
 
@@ -110,6 +129,12 @@ class OpenAIEngine(Engine):
 
     def _one(self, request: GenerationRequest) -> GenerationResult:
         params = request.params
+        if params.temperature == 0 and params.n > 1:
+            # Greedy decoding has one answer however often it is asked (vLLM's server refuses greedy n > 1): ask
+            # once, repeat it n times, as the local engines do.
+            once = self._one(GenerationRequest(request.messages, request.prompt, replace(params, n=1)))
+            once.candidates = [replace(once.candidates[0]) for _ in range(params.n)] if once.ok else []
+            return once
         try:
             candidates: list[Candidate] = []
             prompt_tokens = None
@@ -138,50 +163,85 @@ class OpenAIEngine(Engine):
                                       max_tokens=p.max_new_tokens, stop=list(p.stop) or None)
         if seed is not None:
             common["seed"] = seed
+        extra: dict[str, Any] = {}
         if self.send_generation_config:
             config = {"do_sample": p.temperature > 0, "max_new_tokens": p.max_new_tokens}
             if p.temperature > 0:
                 config.update(temperature=p.temperature, top_p=p.top_p)
-            common["extra_body"] = {"generation_config": json.dumps(config)}
+            extra["generation_config"] = json.dumps(config)
         if request.prompt is not None:
             if p.logprobs:
                 common["logprobs"] = 1
-            return self._with_retries(lambda: self.client.completions.create(prompt=request.prompt, **common))
-        if p.logprobs:
-            common["logprobs"] = True
 
-        def chat() -> Any:
-            return self._with_retries(
-                lambda: self.client.chat.completions.create(messages=list(request.messages), **common))
+            def send(fields: dict[str, Any]) -> Any:
+                body = {**common, **self._extra_body(extra, fields)}
+                return self._with_retries(lambda: self.client.completions.create(prompt=request.prompt, **body))
+        else:
+            if p.logprobs:
+                common["logprobs"] = True
 
-        constraint = self._constraint_fields(p)
-        if constraint:
-            common["extra_body"] = {**common.get("extra_body", {}), **constraint}
-        if p.json_schema is None or self.json_schema_supported is False:
-            return chat()
-        common["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": "answer", "schema": json.loads(p.json_schema), "strict": True}}
+            def send(fields: dict[str, Any]) -> Any:
+                body = {**common, **self._extra_body(extra, fields)}
+                return self._with_retries(
+                    lambda: self.client.chat.completions.create(messages=list(request.messages), **body))
+
+        if p.constraint is None:
+            return send({})
+        kind = p.constraint[0]
+        fields = self._constraint_fields(p, raw=request.prompt is not None)
+        if not fields:
+            self._went_without(kind, "refused before" if kind in self.rejected else "no field for it here")
+            return send({})
         try:
-            response = chat()
-        except _SchemaRejected as rejected:
+            response = send(fields)
+        except _ConstraintRejected as rejected:
+            self._went_without(kind, str(rejected), rejected=True)
+            return send({})
+        if kind == "json_schema":
             with self._lock:
-                if self.json_schema_supported is not False:
-                    logger.warning("%s does not accept response_format json_schema (%s): decoding unconstrained, "
-                                   "the parser checks the answers", self.base_url, rejected)
-                self.json_schema_supported = False
-            del common["response_format"]
-            return chat()
-        self.json_schema_supported = True
+                if self.json_schema_supported is None:
+                    self.json_schema_supported = True
         return response
 
-    def _constraint_fields(self, p: Any) -> dict[str, Any]:
-        """Request fields (beyond ``response_format``) that carry a regex or choice to servers that read them."""
-        if p.regex is not None and self.server == "vllm":
-            return {"structured_outputs": {"regex": p.regex}}
-        if p.choice is not None and self.server == "vllm":
-            return {"structured_outputs": {"choice": list(p.choice)}}
-        if p.choice is not None and self.server == "llamacpp":
-            return {"grammar": choice_grammar(p.choice)}
+    @staticmethod
+    def _extra_body(extra: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+        """SDK keyword arguments: ``response_format`` as itself, every other field through ``extra_body``."""
+        body = dict(fields)
+        rest = {**extra, **{k: body.pop(k) for k in list(body) if k != "response_format"}}
+        return {**body, **({"extra_body": rest} if rest else {})}
+
+    def _went_without(self, kind: str, why: str, rejected: bool = False) -> None:
+        """Note that a request constrained by ``kind`` was decoded without it (``why``: the server's words);
+        ``rejected``: the server refused it, so the rest of that kind go without."""
+        with self._lock:
+            if kind not in self.unenforced and kind in ENFORCES[self.server]:
+                logger.warning("%s: a %s constraint went unenforced (%s): decoding unconstrained, the parser checks "
+                               "the answers; the run record says constrained: false", self.base_url, kind, why)
+            self.unenforced.add(kind)
+            if rejected:
+                self.rejected.add(kind)
+                if kind == "json_schema":
+                    self.json_schema_supported = False
+
+    def _constraint_fields(self, p: Any, raw: bool = False) -> dict[str, Any]:
+        """The request fields that carry ``p``'s constraint to this kind of server (``raw``: a ``/v1/completions``
+        request); empty where the server reads none for this request. Servers not known to enforce a schema still
+        get ``response_format`` on chat requests (harmless; never reported as enforced)."""
+        kind = p.constraint[0]
+        if kind in self.rejected:
+            return {}
+        if self.server == "vllm":
+            if kind == "json_schema":
+                return {"structured_outputs": {"json": json.loads(p.json_schema), "disable_any_whitespace": True}}
+            return {"structured_outputs": {kind: p.regex if kind == "regex" else list(p.choice)}}
+        if self.server == "llamacpp":
+            if kind == "choice":
+                return {"grammar": choice_grammar(p.choice)}
+            if kind == "json_schema" and raw:
+                return {"json_schema": json.loads(p.json_schema)}
+        if kind == "json_schema" and not raw:
+            return {"response_format": {"type": "json_schema", "json_schema": {
+                "name": "answer", "schema": json.loads(p.json_schema), "strict": True}}}
         return {}
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
@@ -197,8 +257,8 @@ class OpenAIEngine(Engine):
             raise EngineError(f"{self.base_url}: model {self.model!r} or endpoint not found: {error}") from error
         except o.BadRequestError as error:
             detail = _body(error)
-            if "response_format" in detail or "json_schema" in detail:
-                raise _SchemaRejected(f"bad_request: {detail}") from error
+            if any(word in detail.lower() for word in CONSTRAINT_WORDS):
+                raise _ConstraintRejected(f"bad_request: {detail}") from error
             if "model" in detail.lower():
                 raise EngineError(f"{self.base_url}: the server rejects model {self.model!r}: {detail}") from error
             raise _GaveUp(f"bad_request: {detail}") from error
@@ -241,5 +301,6 @@ class _GaveUp(Exception):
     """This request failed for good; it becomes a result with an error (the batch goes on)."""
 
 
-class _SchemaRejected(_GaveUp):
-    """The server refused the ``response_format`` json_schema field (it may answer without it)."""
+class _ConstraintRejected(_GaveUp):
+    """The server refused the request's constraint (``response_format``, a schema, a grammar): it may answer
+    without it."""

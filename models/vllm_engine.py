@@ -137,7 +137,10 @@ def _vllm_structured(kind: str, spec: str) -> dict[str, Any]:
     try:
         from vllm.sampling_params import StructuredOutputsParams  # lazy: vLLM is optional (see __init__)
 
-        return {"structured_outputs": StructuredOutputsParams(**{name: value})}
+        # Compact JSON, as the transformers engine's grammar writes it: vLLM's JSON grammar otherwise allows free
+        # whitespace between tokens, and a budget sized for the compact answer (infer.structured) could cut it.
+        compact = {"disable_any_whitespace": True} if kind == "json_schema" else {}
+        return {"structured_outputs": StructuredOutputsParams(**{name: value}, **compact)}
     except ImportError:
         from vllm.sampling_params import GuidedDecodingParams
 

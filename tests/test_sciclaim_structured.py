@@ -40,9 +40,11 @@ def test_the_prompt_asks_for_what_the_regex_allows_and_the_budget_fits_it() -> N
     assert "Output ONLY a single integer score from 0 to 10" in SYSTEM_PROMPT
     assert USER_TEMPLATE.endswith("Score (0-10):")
     assert SCORE_MAX_NEW_TOKENS == len("10") + 4  # the longest answer, one token per character, and the end tokens
-    assert SciClaimConfig().rerank_new_tokens == SCORE_MAX_NEW_TOKENS
-    assert SciClaimConfig(constrained=False).rerank_new_tokens == UNCONSTRAINED_MAX_NEW_TOKENS == 8
-    assert SciClaimConfig(max_new_tokens=3).rerank_new_tokens == 3
+    # the engines' one rule: an answer the engine holds to the format gets its longest, any other max_new_tokens
+    assert SciClaimConfig().rerank_new_tokens(enforced=True) == SCORE_MAX_NEW_TOKENS
+    assert SciClaimConfig(max_new_tokens=3).rerank_new_tokens(enforced=True) == SCORE_MAX_NEW_TOKENS
+    assert SciClaimConfig().rerank_new_tokens(enforced=False) == UNCONSTRAINED_MAX_NEW_TOKENS == 8
+    assert SciClaimConfig(max_new_tokens=3).rerank_new_tokens(enforced=False) == 3
     with pytest.raises(ValueError, match="max_new_tokens"):
         SciClaimConfig(max_new_tokens=0)
 

@@ -76,7 +76,9 @@ def test_an_unconstrained_judge_asks_as_before() -> None:
     params = Judge(RecordingEngine(), constrained=False).request("s", "e").params
     assert params.choice is None and params.max_new_tokens == UNCONSTRAINED_MAX_NEW_TOKENS == 4
     assert "choice" not in params.to_dict()  # the cache key of an unconstrained request is today's
-    assert Judge(RecordingEngine(), max_new_tokens=12).request("s", "e").params.max_new_tokens == 12
+    assert Judge(RecordingEngine(), constrained=False, max_new_tokens=12).request("s", "e").params.max_new_tokens == 12
+    # the engines' one rule: max_new_tokens is the budget of an answer not held to the format
+    assert Judge(RecordingEngine(), max_new_tokens=12).request("s", "e").params.max_new_tokens == 7
 
 
 def test_the_pipeline_passes_its_constrained_setting_to_the_judge(monkeypatch: pytest.MonkeyPatch) -> None:

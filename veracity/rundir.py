@@ -25,9 +25,9 @@ TRACKED_PACKAGES = (
 
 
 # Settings that change how much of a run is done or how fast, never what a record holds: a run may resume under
-# other values of these.
-RESUMABLE_FIELDS = frozenset({"output_dir", "max_examples", "progress", "retry_errors", "shard", "claims_per_call",
-                              "items_per_call", "posts_per_call", "batch_size", "nli_batch_size"})
+# other values of these (api_key: recorded redacted, and older records hold the old default "EMPTY").
+RESUMABLE_FIELDS = frozenset({"api_key", "output_dir", "max_examples", "progress", "retry_errors", "shard",
+                              "claims_per_call", "items_per_call", "posts_per_call", "batch_size", "nli_batch_size"})
 
 
 class RunConfigMismatchError(ValueError):
@@ -59,10 +59,18 @@ def git_revision(cwd: str | Path | None = None) -> str:
         return ""
 
 
+REDACTED = "<redacted>"
+# Config fields never written to a run's files (run folders are shared; report.html is made to be): recorded as
+# REDACTED when set.
+SECRET_FIELDS = frozenset({"api_key"})
+
+
 def to_plain(obj: Any) -> Any:
-    """Dataclasses, enums, Paths and tuples → YAML-safe builtins."""
+    """Dataclasses, enums, Paths and tuples → YAML-safe builtins; a :data:`SECRET_FIELDS` field is :data:`REDACTED`
+    when set."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: REDACTED if f.name in SECRET_FIELDS and getattr(obj, f.name)
+                else to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
         return {str(k): to_plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -91,6 +99,8 @@ def write_run_config(run_dir: str | Path, *configs: Any, job: str, models: dict[
     config = [to_plain(c) for c in configs] if len(configs) != 1 else to_plain(configs[0])
     if resumes is not None:
         check_resume(run_dir / "run_config.yaml", Path(resumes), config, models or {})
+    if resumes is not None and decoding:
+        decoding = resumed_decoding(run_dir / "run_config.yaml", Path(resumes), decoding)
     record = {
         "job": job,
         "config": config,
@@ -106,6 +116,43 @@ def write_run_config(run_dir: str | Path, *configs: Any, job: str, models: dict[
         yaml.safe_dump(record, handle, sort_keys=False, allow_unicode=True)
     logger.info("run directory %s (config recorded)", run_dir)
     return path
+
+
+def resumed_decoding(record_path: Path, records: Path, decoding: dict[str, Any]) -> dict[str, Any]:
+    """``decoding`` of a run that appends to ``records``: constrained only if the records already there were too
+    (an engine starts each run hopeful; what an earlier run learned — a rejected schema — still holds of its
+    records)."""
+    if not (records.is_file() and records.stat().st_size and record_path.is_file()):
+        return decoding
+    try:
+        old = (yaml.safe_load(record_path.read_text(encoding="utf-8")) or {}).get("decoding") or {}
+    except (OSError, yaml.YAMLError):
+        return decoding
+    if old.get("constrained") is False and decoding.get("constrained"):
+        return {**decoding, "constrained": False}
+    return decoding
+
+
+def update_decoding(run_dir: str | Path, decoding: dict[str, Any] | None) -> bool:
+    """Rewrite ``run_config.yaml``'s ``decoding`` when the engine now says otherwise (it learned, from a server's
+    answer, that a constraint went unenforced); True when it changed. What the engine reports is sticky (once
+    unconstrained, always), so the record stays true of every answer of the run."""
+    path = Path(run_dir) / "run_config.yaml"
+    if not decoding or not path.is_file():
+        return False
+    record = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    old = record.get("decoding")
+    if old == decoding:
+        return False
+    if old and old.get("constrained") is False and decoding.get("constrained"):
+        decoding = {**decoding, "constrained": False}  # never back to true within a run
+        if old == decoding:
+            return False
+    logger.warning("%s: decoding now %s (was %s): run_config.yaml rewritten", run_dir, decoding, old)
+    record["decoding"] = decoding
+    with atomic_writer(path) as handle:
+        yaml.safe_dump(record, handle, sort_keys=False, allow_unicode=True)
+    return True
 
 
 def differences(old: Any, new: Any, path: str = "") -> list[str]:

@@ -51,7 +51,7 @@ from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
 from veracity.models.engine import EngineConfig, make_engine
 from veracity.models.nltk_data import ensure_nltk_data
-from veracity.rundir import write_run_config
+from veracity.rundir import update_decoding, write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -220,8 +220,11 @@ def make_parser() -> Any:
 
 
 def evaluate_ev2r(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimRecord], settings: Ev2RSettings,
-                  engine_config: EngineConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Ev²R on the first ``ev2r_max_claims`` gold claims; adds per-claim judge outcomes to ``rows``."""
+                  engine_config: EngineConfig, rows: list[dict[str, Any]],
+                  run_dir: str | Path | None = None) -> dict[str, Any]:
+    """Ev²R on the first ``ev2r_max_claims`` gold claims; adds per-claim judge outcomes to ``rows``. ``run_dir``:
+    whose ``run_config.yaml`` gets the judge's ``decoding`` (before judging, and again after, with what the engine
+    learned from its server)."""
     chosen = list(gold)[: settings.ev2r_max_claims] if settings.ev2r_max_claims else list(gold)
     claims = []
     for claim_id in chosen:
@@ -230,9 +233,14 @@ def evaluate_ev2r(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimReco
         claims.append((claim_id, claim_text, record.label, record.pairs, pred.label if pred else None,
                        pred.pairs if pred else []))
     engine = make_engine(engine_config)
+    kinds = ["json_schema"] if settings.ev2r_constrained else []
     try:
+        if run_dir is not None:
+            update_decoding(run_dir, engine.decoding(kinds))
         scored = score_claims(engine, claims, settings)
     finally:
+        if run_dir is not None:
+            update_decoding(run_dir, engine.decoding(kinds))
         engine.close()
     by_id = {row["id"]: row for row in rows}
     for claim in scored:
@@ -263,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rows = per_claim_rows(claims, gold, predictions)
     if ev2r_settings.ev2r:
         started = time.perf_counter()
-        metrics.update(evaluate_ev2r(gold, predictions, ev2r_settings, engine_config, rows))
+        metrics.update(evaluate_ev2r(gold, predictions, ev2r_settings, engine_config, rows, args.output_dir))
         metrics["ev2r_seconds"] = round(time.perf_counter() - started, 1)
     write_jsonl(out / "per_claim.jsonl", rows)
     write_json(out / "metrics.json", metrics)

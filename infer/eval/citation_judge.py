@@ -19,7 +19,7 @@ from typing import Any
 
 from veracity.data_prep.text import normalize_space
 from veracity.infer.structured import choice_budget
-from veracity.models.engine import Engine, GenerationRequest
+from veracity.models.engine import Engine, GenerationRequest, answer_budget
 
 DEFAULT_JUDGE_PROMPT = (
     "Evidence: {evidence}\n\n"
@@ -77,8 +77,8 @@ class Verdict:
 class Judge:
     """Yes/no judgements from an engine. An answer without yes/no, or an engine error, is a no (counted).
 
-    ``max_new_tokens`` None: :func:`choice_budget` of :data:`VERDICT_CHOICES` when ``constrained``, else
-    :data:`UNCONSTRAINED_MAX_NEW_TOKENS`."""
+    Budget: :func:`choice_budget` of :data:`VERDICT_CHOICES` when ``constrained`` and the engine enforces the choice,
+    else ``max_new_tokens`` (None: :data:`UNCONSTRAINED_MAX_NEW_TOKENS`)."""
 
     engine: Engine
     prompt: str = DEFAULT_JUDGE_PROMPT
@@ -101,10 +101,10 @@ class Judge:
 
     @property
     def new_tokens(self) -> int:
-        """The ``max_new_tokens`` each request asks for."""
-        if self.max_new_tokens is not None:
-            return self.max_new_tokens
-        return choice_budget(VERDICT_CHOICES) if self.constrained else UNCONSTRAINED_MAX_NEW_TOKENS
+        """The ``max_new_tokens`` each request asks for, by the engines' one rule (``models.engine.answer_budget``):
+        enough for ``yes``/``no`` when the engine enforces the choice, else ``max_new_tokens`` (none: 4)."""
+        free = self.max_new_tokens if self.max_new_tokens is not None else UNCONSTRAINED_MAX_NEW_TOKENS
+        return answer_budget(self.engine, "choice" if self.constrained else None, choice_budget(VERDICT_CHOICES), free)
 
     def request(self, statement: str, evidence: str) -> GenerationRequest:
         evidence = normalize_space(evidence)[: self.max_evidence_chars]

@@ -35,7 +35,7 @@ from veracity.data_prep.schema import QAPair
 from veracity.infer.eval.averitec_score import MAX_PREDICTED_PAIRS
 from veracity.infer.parsing import extract_json_object, name_cut_off
 from veracity.infer.structured import schema_text, token_budget
-from veracity.models.engine import GenerationRequest
+from veracity.models.engine import Engine, GenerationRequest, answer_budget
 
 logger = logging.getLogger(__name__)
 COUNT_KEYS = ("facts count predicted evidence", "support predicted evidence", "facts count reference evidence",
@@ -152,11 +152,15 @@ class JudgeOutcome:
         return {"precision": self.precision, "recall": self.recall, "failed": self.failed, "attempts": self.attempts}
 
 
-def judge_constraint(settings: Ev2RSettings) -> dict[str, Any]:
-    """The judge requests' schema and budget (``ev2r_constrained``), or the configured budget."""
+def judge_constraint(settings: Ev2RSettings, engine: Engine) -> dict[str, Any]:
+    """The judge requests' schema (``ev2r_constrained``) and budget by the engines' one rule
+    (:func:`~veracity.models.engine.answer_budget`): :data:`JUDGE_BUDGET` where ``engine`` enforces the schema, else
+    ``ev2r_max_new_tokens``."""
+    budget = answer_budget(engine, "json_schema" if settings.ev2r_constrained else None, JUDGE_BUDGET,
+                           settings.ev2r_max_new_tokens)
     if settings.ev2r_constrained:
-        return {"json_schema": schema_text(JUDGE_SCHEMA), "max_new_tokens": JUDGE_BUDGET}
-    return {"max_new_tokens": settings.ev2r_max_new_tokens}
+        return {"json_schema": schema_text(JUDGE_SCHEMA), "max_new_tokens": budget}
+    return {"max_new_tokens": budget}
 
 
 def judge(engine: Any, prompts: Sequence[str | None], settings: Ev2RSettings) -> list[JudgeOutcome]:
@@ -164,7 +168,7 @@ def judge(engine: Any, prompts: Sequence[str | None], settings: Ev2RSettings) ->
     outcomes: list[JudgeOutcome | None] = [None] * len(prompts)
     attempts: list[list[dict[str, Any]]] = [[] for _ in prompts]
     pending = [k for k, p in enumerate(prompts) if p is not None]
-    constraint = judge_constraint(settings)
+    constraint = judge_constraint(settings, engine)
     for k, prompt in enumerate(prompts):
         if prompt is None:
             outcomes[k] = JudgeOutcome(None, 0.0, False, [{"note": "no predicted evidence: recall 0, not judged"}])

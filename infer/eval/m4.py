@@ -64,7 +64,7 @@ from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
 from veracity.models.engine import EngineConfig, make_engine
 from veracity.models.nli import NLIVerifier
-from veracity.rundir import write_run_config
+from veracity.rundir import update_decoding, write_run_config
 
 logger = logging.getLogger(__name__)
 METRIC_KEYS = ("m4", "entailment", "citation_recall", "citation_precision", "coverage", "n")
@@ -288,10 +288,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         constrained=config.constrained)
                   if engine is not None else NLIJudge(verifier, config.judge_nli_threshold,
                                                       config.judge_max_evidence_chars))
+    if engine is not None:
+        update_decoding(out, engine.decoding(["choice"] if config.constrained else []))  # the judge's, before work
     try:
         rows = score_items(items, articles, judge, verifier.predict, config.chunk_sentences)
     finally:
-        if engine is not None:
+        if engine is not None:  # and what it learned from the server while judging (a rejected constraint)
+            update_decoding(out, engine.decoding(["choice"] if config.constrained else []))
             engine.close()
     metrics = corpus_metrics(rows)
     known = {i.id for i in items}

@@ -50,7 +50,7 @@ from veracity.infer.pipelines.contract import Item, Pipeline, Record
 from veracity.infer.report_html import write_report_html
 from veracity.io import write_json
 from veracity.models.engine import deferred_loading
-from veracity.rundir import check_resume, to_plain, write_run_config
+from veracity.rundir import check_resume, to_plain, update_decoding, write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -110,14 +110,32 @@ def run_batches(pipeline: Pipeline, items: list[Item], output: Path, run_dir: Pa
     """The batches of a loaded and prepared pipeline, by ``executor``: the summary and the pipeline's stats."""
     config = pipeline.config
     if executor.executor == "local":
-        summary = run_batch(items, pipeline, output, shard=shard, batch_size=pipeline.batch_size,
-                            progress=config.progress, retry_errors=config.retry_errors, take_lock=False,
-                            error_fields=pipeline.error_fields)
+        summary = run_batch(items, decoding_watched(pipeline, run_dir), output, shard=shard,
+                            batch_size=pipeline.batch_size, progress=config.progress,
+                            retry_errors=config.retry_errors, take_lock=False, error_fields=pipeline.error_fields)
         return summary, pipeline.stats()
     models = pipeline.model_ids()  # what run_config.yaml records: each actor's must match
     pipeline.close()  # the actors load their own copies; what the driver loaded would only hold memory
     return run_on_ray(pipeline, items, output, run_dir, shard=shard, retry_errors=config.retry_errors,
                       progress=config.progress, config=executor, models=models)
+
+
+def decoding_watched(pipeline: Pipeline, run_dir: Path) -> Callable[[Sequence[Item]], list[Any]]:
+    """``pipeline`` as a batch function that, after each batch, rewrites the run record's ``decoding`` when the
+    engine learned otherwise (a server that rejected the schema: ``constrained: false`` from then on). Ray actors'
+    engines learn in their own processes: not seen here."""
+    recorded = [pipeline.decoding()]
+
+    def process(batch: Sequence[Item]) -> list[Any]:
+        try:
+            return pipeline(batch)
+        finally:
+            now = pipeline.decoding()
+            if now != recorded[0]:
+                update_decoding(run_dir, now)
+                recorded[0] = now
+
+    return process
 
 
 def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> dict[str, Any]:

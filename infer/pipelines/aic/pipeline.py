@@ -97,7 +97,9 @@ class AICPipeline:
         if not c.constrains:
             return {"max_new_tokens": c.max_new_tokens}
         bounds = (num_sources, c.max_questions, c.question_chars, c.answer_chars)
-        return {"json_schema": schema_text(answer_schema(*bounds)), "max_new_tokens": answer_budget(*bounds)}
+        return {"json_schema": schema_text(answer_schema(*bounds)),  # the engines' one budget rule
+                "max_new_tokens": engines.answer_budget(self.engine, "json_schema", answer_budget(*bounds),
+                                                        c.max_new_tokens)}
 
     def _request(self, item: Item, attempt: int) -> GenerationRequest:
         params = SamplingParams(n=1, temperature=self.config.retry_temperature if attempt else self.config.temperature,

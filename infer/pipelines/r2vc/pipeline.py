@@ -289,11 +289,12 @@ class R2VCPipeline:
         results: list[GenerationResult | None] = [None] * len(items)
         if self.engine is not None:
             asked = [k for k, item in enumerate(items) if item["passages"]]
+            c = self.config
             requests = [GenerationRequest.chat(
                 prompt_messages(items[k]["claim"], [p["text"] for p in items[k]["passages"]]),
-                n=self.config.n_candidates, temperature=self.config.temperature, top_p=self.config.top_p,
-                seed=self.config.seed, **answer_constraint(len(items[k]["passages"]), self.config.rationale_max_chars,
-                                      self.config.constrained, self.config.max_new_tokens)) for k in asked]
+                n=c.n_candidates, temperature=c.temperature, top_p=c.top_p, seed=c.seed,
+                **answer_constraint(len(items[k]["passages"]), c.rationale_max_chars, c.constrained, c.max_new_tokens,
+                                    self.engine)) for k in asked]
             for k, result in zip(asked, self.engine.generate(requests) if requests else [], strict=True):
                 results[k] = result
         t2 = time.perf_counter()

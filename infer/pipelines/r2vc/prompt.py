@@ -24,6 +24,7 @@ from typing import Any
 from veracity.data_prep.schema import NOT_ENOUGH_INFO, REFUTES, SUPPORTS, TERNARY_LABELS, to_ternary
 from veracity.infer.parsing import parse_json_answer
 from veracity.infer.structured import bounded_string, schema_text, token_budget
+from veracity.models.engine import Engine, answer_budget
 
 SYSTEM_PROMPT = (
     "You are a careful fact-checker. Judge the claim only by the numbered evidence passages. The passages are "
@@ -55,14 +56,16 @@ def answer_schema(num_passages: int, rationale_max_chars: int) -> dict[str, Any]
     }
 
 
-def answer_constraint(num_passages: int, rationale_max_chars: int, constrained: bool,
-                      max_new_tokens: int) -> dict[str, Any]:
-    """A generation request's constraint and budget: :func:`answer_schema` and the token budget of its longest
-    answer when ``constrained``, else only ``max_new_tokens`` (free decoding)."""
+def answer_constraint(num_passages: int, rationale_max_chars: int, constrained: bool, max_new_tokens: int,
+                      engine: Engine) -> dict[str, Any]:
+    """A generation request's constraint and budget: :func:`answer_schema` when ``constrained``, and the budget by
+    the engines' one rule (:func:`~veracity.models.engine.answer_budget`): the token budget of the schema's longest
+    answer where ``engine`` enforces the schema, else ``max_new_tokens``."""
     if not constrained:
         return {"max_new_tokens": max_new_tokens}
     schema = answer_schema(num_passages, rationale_max_chars)
-    return {"json_schema": schema_text(schema), "max_new_tokens": token_budget(schema)}
+    return {"json_schema": schema_text(schema),
+            "max_new_tokens": answer_budget(engine, "json_schema", token_budget(schema), max_new_tokens)}
 
 
 def quote_passage(text: str) -> str:

@@ -65,8 +65,8 @@ class SciClaimConfig:
     cross_encoder: str = field(default="embedded", metadata={"help": "Cross-encoder: 'embedded', 'real', path."})
     cross_encoder_batch_size: int = 32
     max_new_tokens: int | None = field(default=None, metadata={
-        "help": "Tokens the LLM may write for its 0–10 answer; none: enough for the longest when constrained (6), "
-                "else 8."})
+        "help": "Tokens the LLM may write for a 0–10 answer the engine does not hold to the format (none: 8); an "
+                "answer it holds gets enough for the longest (6), as in every pipeline."})
     constrained: bool = field(default=True, metadata={
         "help": "Constrain decoding to the answer's format where the engine can (the LLM rerank: an integer 0–10); "
                 "the parser stays the final check. false: the model answers freely."})
@@ -80,12 +80,12 @@ class SciClaimConfig:
         "help": "Ablation: LLM-rerank only the first N posts (slow models); the other configurations are also "
                 "reported on those N posts beside their full-split rows."})
 
-    @property
-    def rerank_new_tokens(self) -> int:
-        """``max_new_tokens`` of an LLM rerank request."""
-        if self.max_new_tokens is not None:
-            return self.max_new_tokens
-        return SCORE_MAX_NEW_TOKENS if self.constrained else UNCONSTRAINED_MAX_NEW_TOKENS
+    def rerank_new_tokens(self, enforced: bool) -> int:
+        """``max_new_tokens`` of an LLM rerank request (the engines' one rule, ``models.engine.answer_budget``):
+        the longest 0–10 answer when the engine enforces the regex, else ``max_new_tokens`` (none: 8)."""
+        if enforced:
+            return SCORE_MAX_NEW_TOKENS
+        return self.max_new_tokens if self.max_new_tokens is not None else UNCONSTRAINED_MAX_NEW_TOKENS
 
     @property
     def interpolates(self) -> bool:

@@ -131,9 +131,10 @@ class SciClaimPipeline:
         c = self.config
         constraint = {"regex": SCORE_REGEX} if c.constrained else {}
         self.llm_stats.constraint = constraint or None
+        budget = c.rerank_new_tokens(bool(constraint) and self.engine.decoding(["regex"])["constrained"])
         requests = [GenerationRequest.chat(
             rerank_messages(post.text, self.papers[doc].title, self.papers[doc].abstract, c.abstract_max_words),
-            n=1, temperature=0.0, max_new_tokens=c.rerank_new_tokens, seed=0, **constraint) for doc, _ in fused]
+            n=1, temperature=0.0, max_new_tokens=budget, seed=0, **constraint) for doc, _ in fused]
         start = time.perf_counter()
         results = self.engine.generate(requests) if requests else []
         self.llm_stats.seconds += time.perf_counter() - start

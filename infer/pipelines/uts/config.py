@@ -54,7 +54,8 @@ class UTSConfig:
     judge_nli_model: str = field(default="embedded", metadata={"help": "NLI verifier of judge nli."})
     judge_nli_threshold: float = 0.5
     judge_max_new_tokens: int | None = field(default=None, metadata={
-        "help": "New tokens of a judge answer; none: enough for yes/no when constrained (7), else 4."})
+        "help": "New tokens of a judge answer the engine does not hold to yes/no (none: 4); an answer it holds gets "
+                "enough for yes/no (7), as in every pipeline."})
     judge_max_evidence_chars: int = field(default=4000, metadata={"help": "Evidence text shown to the judge."})
     constrained: bool = field(default=True, metadata={
         "help": "Constrain decoding to the answer's format where the engine can (the LLM judge: yes or no); the "

