@@ -222,3 +222,98 @@ def test_uts_killed_mid_run_resumes_each_item_once_and_retries_errors_on_request
     assert (again["retried"], again["ok"]) == (1, 1)
     assert recorded_ids(retry / "records.jsonl") == ["i1", "i2", "i3", "i4", "i3"]  # appended; the last one wins
     assert len((retry / "articles.jsonl").read_text().splitlines()) == 4
+
+
+# --- one output folder, one run (every pipeline: the driver's claim, infer/run_folder.py) ----------------------
+
+
+def uts_cli(items: Path, out: Path, *extra: str) -> list[str]:
+    return ["infer", "uts", "--items", str(items), "--items_per_call", "1", "--output_dir", str(out), "--progress",
+            "false", *extra]
+
+
+def refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run the CLI, expect one ``error:`` line and exit status 2; returns the line."""
+    from veracity import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_a_second_layout_or_config_in_one_folder_is_refused_and_shards_keep_their_own_summary(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """UTS unsharded with one --lede, then --shard 0/2 with another into the same folder: refused, nothing there
+    changes (before, run_config.yaml, articles.jsonl and summary.json were overwritten and the report showed the
+    first run's records under the second's config). The same the other way round, and for another i/n."""
+    from veracity import cli
+
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "run"
+    assert cli.main(uts_cli(items, out, "--lede", "First: {claim}.")) == 0
+    before = snapshot(out)
+    for extra in (["--shard", "0/2", "--lede", "Second: {claim}."], ["--shard", "0/2"], ["--shard", "1/3"]):
+        line = refused(capsys, uts_cli(items, out, *extra))
+        assert "records.jsonl" in line and "another shard layout (unsharded)" in line
+        assert snapshot(out) == before
+    # a sharded folder: each shard writes its own summary; an unsharded run or another i/n is refused
+    sharded = tmp_path / "sharded"
+    reports = [cli.main(uts_cli(items, sharded, "--shard", f"{i}/2")) for i in range(2)]
+    assert reports == [0, 0]
+    summaries = [json.loads((sharded / f"summary.shard-{i}-of-2.json").read_text()) for i in range(2)]
+    assert not (sharded / "summary.json").exists()
+    counts = [len(recorded_ids(sharded / f"records.shard-{i}-of-2.jsonl")) for i in range(2)]
+    assert [s["processed"] for s in summaries] == counts and sum(counts) == len(ITEMS)
+    before = snapshot(sharded)
+    for extra in ([], ["--shard", "0/3"]):
+        line = refused(capsys, uts_cli(items, sharded, *extra))
+        assert "records.shard-0-of-2.jsonl" in line and "--shard i/2" in line
+    assert snapshot(sharded) == before
+    # the same layout under another config: refused too (the records of a sibling shard)
+    line = refused(capsys, uts_cli(items, sharded, "--shard", "1/2", "--lede", "Other: {claim}."))
+    assert "records.shard-0-of-2.jsonl" in line and "lede" in line
+    assert snapshot(sharded) == before
+
+
+def test_a_run_of_another_layout_or_config_still_without_records_is_refused_while_it_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shard 0/2 is running (its lock held, no record written yet): a run of another layout, or shard 1/2 under
+    another config, is refused — the lock is no longer per file only. Shard 1/2 under the same config runs."""
+    import threading
+
+    from veracity import cli
+    from veracity.infer.pipelines.uts.run import main
+
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "run"
+    started, release = threading.Event(), threading.Event()
+    draft = UTS.__call__
+
+    def held(self, rows):  # noqa: ANN001, ANN202 - the pipeline's own signature
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            assert release.wait(60)
+        return draft(self, rows)
+
+    monkeypatch.setattr(UTS, "__call__", held)
+    worker = threading.Thread(target=main, args=(uts_cli(items, out, "--shard", "0/2", "--lede", "A: {claim}.")[2:],))
+    worker.start()
+    try:
+        assert started.wait(60)
+        assert not (out / "records.shard-0-of-2.jsonl").read_text()  # nothing recorded yet
+        line = refused(capsys, uts_cli(items, out, "--lede", "A: {claim}."))
+        assert "records.shard-0-of-2.jsonl is being written by a run of another shard layout" in line
+        line = refused(capsys, uts_cli(items, out, "--shard", "1/2", "--lede", "B: {claim}."))
+        assert "records.shard-0-of-2.jsonl: the run writing it now was started under another run config" in line
+        assert cli.main(uts_cli(items, out, "--shard", "1/2", "--lede", "A: {claim}.")) == 0
+    finally:
+        release.set()
+        worker.join(60)
+    assert sorted(recorded_ids(out / "records.shard-0-of-2.jsonl") + recorded_ids(out / "records.shard-1-of-2.jsonl")
+                  ) == sorted(item["id"] for item in ITEMS)
