@@ -61,7 +61,7 @@ from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 from veracity.io import sha256_file
 from veracity.models.calibrator import CalibratorFeatureError, LogisticCalibrator, calibrator_file
 from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult, make_engine
-from veracity.models.nli import NLIVerifier
+from veracity.models.nli import NLIVerifier, verifier_id
 
 logger = logging.getLogger(__name__)
 Item = dict[str, Any]
@@ -358,7 +358,11 @@ class R2VC(Pipeline):
         self.seconds = self.models.seconds
 
     def model_ids(self) -> dict[str, str]:
-        return self.models.model_ids() if self.models else {}
+        if self.models:
+            return self.models.model_ids()
+        # before load(): the verifier, named from its options (a resume under another one is refused before any
+        # model loads); the generator is named by its engine, once built
+        return {"verifier": verifier_id(self.config.nli_model, self.config.nli_backend)}
 
     def prepare(self, run_dir: Path) -> dict[str, Any]:
         """The indexes of the prepared corpora the configured sources retrieve from, built here, once, before any
