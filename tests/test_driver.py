@@ -236,6 +236,7 @@ def refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     """Run the CLI, expect one ``error:`` line and exit status 2; returns the line."""
     from veracity import cli
 
+    capsys.readouterr()  # what earlier steps printed (progress bars) is not this run's
     with pytest.raises(SystemExit) as stop:
         cli.main(argv)
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
@@ -317,3 +318,122 @@ def test_a_run_of_another_layout_or_config_still_without_records_is_refused_whil
         worker.join(60)
     assert sorted(recorded_ids(out / "records.shard-0-of-2.jsonl") + recorded_ids(out / "records.shard-1-of-2.jsonl")
                   ) == sorted(item["id"] for item in ITEMS)
+
+
+# --- every model that shapes a record is in the run record by content ---------------------------------------------
+
+
+def retrain_in_place(folder: Path) -> bytes:
+    """The same folder with other weights (one tensor moved), as a model retrained in place; returns the old bytes."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    old = path.read_bytes()
+    weights = load_file(path)
+    name = next(k for k, v in weights.items() if v.is_floating_point())
+    weights[name] = weights[name] + 0.01
+    save_file(weights, path, metadata={"format": "pt"})
+    return old
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_sciclaim_resume_under_another_encoder_or_cross_encoder_is_refused_before_loading(
+        tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The dense encoder and the cross-encoder are recorded by content: retrained in place (same path, other
+    weights), a resume is refused in one line before any model loads — no index rebuilt, nothing written (before, the
+    cross-encoder was recorded by path and the encoder not at all: the index was rebuilt silently and the run went
+    on with mixed retrieval). Back to the recorded weights, the run resumes."""
+    import shutil
+
+    import yaml
+
+    from veracity.infer.pipelines.sciclaimseekers.run import main
+    from veracity.models.fingerprint import model_fingerprint
+
+    encoder = Path(shutil.copytree(tiny_encoder_dir, tmp_path / "encoder"))
+    cross = build_tiny_cross_encoder(tmp_path / "cross_encoder", tiny_encoder_dir)
+    out = tmp_path / "run"
+    argv = sciclaim_argv(tmp_path, encoder, cross, out)
+    assert main([*argv, "--max_examples", "2"])["processed"] == 2
+    models = yaml.safe_load((out / "run_config.yaml").read_text())["models"]
+    assert models == {"embedder": f"{encoder}#{model_fingerprint(encoder)}",
+                      "cross_encoder": f"{cross}#{model_fingerprint(cross)}"}
+    before = tree(out)
+    load = SciClaim.load
+    monkeypatch.setattr(SciClaim, "load", lambda self, run_dir: pytest.fail("a model loaded before the refusal"))
+    for folder, role in ((encoder, "embedder"), (cross, "cross_encoder")):
+        old = retrain_in_place(folder)
+        line = refused(capsys, ["infer", "sciclaim", *argv])
+        assert f"models.{role}: '{models[role]}' → '{folder}#{model_fingerprint(folder)}'" in line
+        assert tree(out) == before
+        (folder / "model.safetensors").write_bytes(old)
+    monkeypatch.setattr(SciClaim, "load", load)
+    report = main(argv)
+    assert (report["already_done"], report["processed"]) == (2, 2)
+
+
+def test_aic_resume_under_another_embedder_is_refused_before_loading(
+        prepared_averitec: Path, tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        scripted_engine: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """AIC's claim indexes are keyed by the embedder's fingerprint, so a new embedder rebuilt them claim by claim
+    and a resume mixed two retrievals; the embedder is now in the run record, checked before any model loads."""
+    import shutil
+
+    import yaml
+
+    from veracity.infer.pipelines.aic.run import main
+    from veracity.models.fingerprint import model_fingerprint
+
+    encoder = Path(shutil.copytree(tiny_encoder_dir, tmp_path / "encoder"))
+    out = tmp_path / "run"
+    argv = aic_argv(prepared_averitec, encoder, out)
+    main(argv)
+    recorded = yaml.safe_load((out / "run_config.yaml").read_text())["models"]
+    assert recorded == {"embedder": f"{encoder}#{model_fingerprint(encoder)}", "generator": AnswerAll().identity}
+    before = tree(out)
+    monkeypatch.setattr(AIC, "load", lambda self, run_dir: pytest.fail("a model loaded before the refusal"))
+    retrain_in_place(encoder)
+    line = refused(capsys, ["infer", "aic", *argv])
+    assert f"models.embedder: '{recorded['embedder']}' → '{encoder}#{model_fingerprint(encoder)}'" in line
+    assert tree(out) == before
+
+
+def test_r2vc_resume_under_another_retrieval_encoder_is_refused_before_loading(
+        tiny_verifier: Path, tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Claims that retrieve from an --index_dir: the index's encoder is in the run record by content; retrained in
+    place, a resume is refused before any model loads (before, the new claims became error records, an index
+    mismatch each, beside the old claims' answers)."""
+    import shutil
+
+    import yaml
+    from retrieval_fixture import write_benchmark
+
+    from veracity.infer.pipelines.r2vc.run import main
+    from veracity.infer.retrieval.index import IndexSettings, build_index
+    from veracity.models.fingerprint import model_fingerprint
+
+    encoder = Path(shutil.copytree(tiny_encoder_dir, tmp_path / "encoder"))
+    bench = write_benchmark(tmp_path / "bench")
+    index = build_index(bench / "toy_corpus.jsonl", tmp_path / "index",
+                        IndexSettings(embedder=str(encoder), faiss_kind="flat", progress=False))
+    claims = tmp_path / "claims.jsonl"
+    rows = [{"id": c["id"], "claim": c["claim"]} for c in CLAIMS]
+    write_jsonl(claims, rows[:2])
+    out = tmp_path / "run"
+    argv = ["--claims", str(claims), "--index_dir", str(index), "--use_generator", "false", "--nli_model",
+            str(tiny_verifier), "--output_dir", str(out), "--progress", "false"]
+    assert main(argv)["ok"] == 2
+    recorded = yaml.safe_load((out / "run_config.yaml").read_text())["models"]["embedder"]
+    assert recorded == f"{encoder}#{model_fingerprint(encoder)}"
+    before = tree(out)
+    retrain_in_place(encoder)
+    write_jsonl(claims, rows)
+    monkeypatch.setattr(R2VC, "load", lambda self, run_dir: pytest.fail("a model loaded before the refusal"))
+    line = refused(capsys, ["infer", "r2vc", *argv])
+    assert f"models.embedder: '{recorded}' → '{encoder}#{model_fingerprint(encoder)}'" in line
+    assert tree(out) == before

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from veracity.infer.retrieval.fusion import Hits
+from veracity.models.fingerprint import content_id
 from veracity.models.registry import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,12 @@ class _HFCrossEncoder:
                                     activation_fn=self.raw_logits)
         scores = np.asarray(scores)
         return scores if scores.ndim == 1 else scores[:, -1]
+
+
+def reranker_id(model: str) -> str:
+    """How run records name the cross-encoder ``model`` (folder and content fingerprint), without loading it: a
+    resume under another cross-encoder is refused before any model loads."""
+    return content_id(resolve_model("reranker", model))
 
 
 class CrossEncoderReranker:
