@@ -46,7 +46,8 @@ def layout_of(name: str, stem: str) -> int | None:
 
 def is_being_written(output: Path) -> bool:
     """Whether another run holds the lock on ``output`` now (its ``.lock`` file is left behind by a killed run too:
-    only a held lock counts)."""
+    only a held lock counts). The probe is a shared lock held for a moment: a run taking that output's lock in the
+    same microsecond is refused as if another run held it, and can simply be started again."""
     try:
         fd = os.open(output.with_name(output.name + ".lock"), os.O_RDWR)
     except FileNotFoundError:
