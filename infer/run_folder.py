@@ -8,7 +8,9 @@ which refuses with a :class:`~veracity.rundir.RunConfigMismatchError` (one line,
 - a second layout: the folder holds a batch output of another layout, or a run of another layout is writing one
   there now (its lock is held), whatever the sizes of the two layouts;
 - a second config or other models: a file of this layout holds records, or a sibling shard is being written now,
-  under another run record.
+  under another run record;
+- another job: the run record names another job (``infer generate`` where a pipeline ran) and the folder holds
+  JSONL outputs.
 
 Decided under an exclusive lock on the folder itself, so two runs that start together are decided one after the
 other: the second sees the first one's held output lock (:func:`veracity.infer.batch.output_lock`, taken before the
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from veracity.infer.batch import shard_file
-from veracity.rundir import RunConfigMismatchError, check_resume, to_plain, write_run_config
+from veracity.rundir import RunConfigMismatchError, check_resume, read_run_config, to_plain, write_run_config
 
 
 def summary_file(shard: tuple[int, int]) -> str:
@@ -115,8 +117,20 @@ def claim_folder(folder: Path, stem: str, shard: tuple[int, int], configs: Seque
                     "or rerun with that layout")
         for path, running in [*others, (output, False)]:
             check_resume(run_config, path, plain, models, running=running, partial=partial)
+        check_job(folder, run_config, job)
         if record:
             write_run_config(folder, *configs, job=job, models=models, decoding=decoding)
+
+
+def check_job(folder: Path, run_config: Path, job: str) -> None:
+    """Refuse a folder whose run record names another job while that job's JSONL outputs are there (another job
+    writes files of other names, which the layout checks do not see)."""
+    recorded = read_run_config(run_config, folder).get("job")
+    if recorded and recorded != job:
+        kept = [p.name for p in sorted(folder.glob("*.jsonl")) if p.stat().st_size]
+        if kept:
+            raise RunConfigMismatchError(f"{folder}: holds a run of `{recorded}` ({kept[0]}), and this is `{job}`: "
+                                         "one folder holds one run. Choose another --output_dir")
 
 
 def describe(layout: int | None) -> str:

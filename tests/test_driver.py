@@ -282,6 +282,21 @@ def test_a_second_layout_or_config_in_one_folder_is_refused_and_shards_keep_thei
     assert snapshot(sharded) == before
 
 
+def test_another_job_into_a_run_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``infer generate`` (outputs of other names) into the folder of a UTS run: refused before its model loads,
+    nothing there changes (before, its run_config.yaml and summary.json replaced the UTS run's)."""
+    from veracity import cli
+
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "run"
+    assert cli.main(uts_cli(items, out)) == 0
+    before = snapshot(out)
+    line = refused(capsys, ["infer", "generate", "--input", str(items), "--output_dir", str(out), "--template",
+                            "{claim}", "--model", str(tmp_path / "no_model"), "--progress", "false"])
+    assert "holds a run of `infer uts` (articles.jsonl), and this is `infer generate`" in line
+    assert snapshot(out) == before
+
+
 def test_a_run_of_another_layout_or_config_still_without_records_is_refused_while_it_runs(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Shard 0/2 is running (its lock held, no record written yet): a run of another layout, or shard 1/2 under

@@ -121,6 +121,18 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
     return [] if old == new else [f"{path}: {old!r} → {new!r}"]
 
 
+def read_run_config(record_path: Path, outputs: Path) -> dict[str, Any]:
+    """The run record at ``record_path`` ({} when there is none); unreadable, a ``RunConfigMismatchError``: what
+    ``outputs`` were made with cannot be told."""
+    if not record_path.is_file():
+        return {}
+    try:
+        return yaml.safe_load(record_path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise RunConfigMismatchError(f"{record_path}: unreadable ({error}); cannot tell what {outputs.name} "
+                                     "was made with") from None
+
+
 def check_resume(record_path: Path, records: Path, config: Any, models: dict[str, str], *, running: bool = False,
                  partial: bool = False) -> None:
     """Refuse to resume ``records`` when ``record_path`` says they were made under another config or models.
@@ -130,11 +142,7 @@ def check_resume(record_path: Path, records: Path, config: Any, models: dict[str
     """
     if not (record_path.is_file() and (running or (records.is_file() and records.stat().st_size))):
         return
-    try:
-        old = yaml.safe_load(record_path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise RunConfigMismatchError(f"{record_path}: unreadable ({error}); cannot tell what {records.name} "
-                                     "was made with") from None
+    old = read_run_config(record_path, records)
     recorded = old.get("models") or {}
     if partial:
         recorded = {k: v for k, v in recorded.items() if k in models}
