@@ -8,8 +8,9 @@ Usage: veracity infer generate --input items.jsonl --output_dir runs/gen [--temp
 
 Each item needs an ``id`` and ``messages`` (chat), ``prompt`` (raw text), or fields for ``--template`` (one user
 message). Writes ``predictions.jsonl`` (``predictions.shard-i-of-n.jsonl`` when sharded; resumes where it
-stopped), ``summary.json`` and ``run_config.yaml``. An empty item, a prompt beyond the context, or a server
-failure becomes an error record; with ``--parse_json`` every candidate carries ``parsed`` or ``parse_error``.
+stopped), ``summary.json`` (``summary.shard-i-of-n.json``) and ``run_config.yaml``; a folder holds one run (another
+shard layout or config there is refused: ``infer/run_folder.py``). An empty item, a prompt beyond the context, or
+a server failure becomes an error record; with ``--parse_json`` every candidate carries ``parsed`` or ``parse_error``.
 ``--json_schema``, ``--regex`` or ``--choice`` constrains decoding where the engine can (the transformers engine and
 vLLM always; an OpenAI-compatible server as ``--server`` says: the run record's ``decoding`` tells whether it was
 enforced), each candidate is checked against it all the same, and the summary reports how many still failed (an
@@ -36,6 +37,7 @@ from veracity.config import parse_config
 from veracity.data_prep.errors import DataError
 from veracity.infer.batch import checked_rows, latest_records, output_lock, parse_shard, run_batch, shard_file
 from veracity.infer.parsing import extract_json_object, name_cut_off
+from veracity.infer.run_folder import claim_folder, summary_file
 from veracity.io import write_json
 from veracity.models.device import resolve_device
 from veracity.models.engine import (
@@ -46,7 +48,7 @@ from veracity.models.engine import (
     SamplingParams,
     make_engine,
 )
-from veracity.rundir import update_decoding, write_run_config
+from veracity.rundir import update_decoding
 
 logger = logging.getLogger(__name__)
 
@@ -178,13 +180,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     try:
         with output_lock(out / name):  # a refused second run must not overwrite the running one's record either
+            configs = (args, sampling, engine_config)
+            claim_folder(out, "predictions", shard, configs, job="infer generate", models={}, record=False,
+                         partial=True)  # another layout or config in the folder: refused before the model loads
             engine = make_engine(engine_config)
             kinds = [params.constraint[0]] if params.constraint else []
             try:
-                write_run_config(out, args, sampling, engine_config, job="infer generate",
-                                 models={"generator": engine.identity}, resumes=out / name,
-                                 decoding=engine.decoding(kinds),
-                                 device=resolve_device(engine_config.device))
+                claim_folder(out, "predictions", shard, configs, job="infer generate",
+                             models={"generator": engine.identity}, decoding=engine.decoding(kinds),
+                             device=resolve_device(engine_config.device))
                 process = make_processor(engine, args, params)
 
                 def watched(batch: Sequence[dict[str, Any]]) -> list[Any]:
@@ -207,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         report["parsing"] = parse_failures(out / name)
         print(f"parse failures: {report['parsing']['failures']} of {report['parsing']['candidates']} candidates")
     print(summary)
-    write_json(out / "summary.json", report)
+    write_json(out / summary_file(shard), report)  # one per shard: a sibling never overwrites it
     logger.info("wrote %s", out / name)
     return json.loads(json.dumps(report))
 

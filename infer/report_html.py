@@ -331,6 +331,14 @@ def read_json(path: Path) -> Any:
         return None
 
 
+def run_summary(run_dir: Path) -> Any:
+    """``summary.json``, or a sharded run's summaries by file (each shard writes its own: no sibling overwrites it)."""
+    whole = read_json(run_dir / "summary.json")
+    if whole is not None:
+        return whole
+    return {p.name: read_json(p) for p in sorted(run_dir.glob("summary.shard-*-of-*.json"))} or None
+
+
 def run_plots(run_dir: Path) -> dict[str, bytes]:
     """The PNG files the run wrote: in its folder and in an ``eval`` subfolder (AIC's scorer); not a screenshot of
     the report itself (scripts/screenshot_report.sh writes ``report*.png`` beside it)."""
@@ -356,7 +364,7 @@ def write_report_html(run_dir: str | Path, pipeline: Any, records: Sequence[Mapp
     cls = pipeline_type(pipeline)
     page = render_report(
         cls.name if cls else str(pipeline), records, metrics, read_yaml(run_dir / "run_config.yaml"),
-        run_plots(run_dir), read_json(run_dir / "summary.json"),
+        run_plots(run_dir), run_summary(run_dir),
         view=cls.report_item if cls else generic_item, flag_meanings=cls.report_flags if cls else None,
         config_names=[t.__name__ for t in cls.config_types] if cls else (), title=f"{run_dir.name}",
         detail_limit=detail_limit)

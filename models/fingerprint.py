@@ -119,3 +119,8 @@ def model_fingerprint(folder: str | Path) -> str:
         content = weights[rel] if rel in weights else hashlib.sha256(path.read_bytes()).hexdigest()
         digest.update(f"{rel}\0{content}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def content_id(folder: str | Path) -> str:
+    """``<folder>#<fingerprint>``: how run records and caches name a model folder (by path and by content)."""
+    return f"{folder}#{model_fingerprint(folder)}"

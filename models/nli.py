@@ -27,8 +27,7 @@ import numpy as np
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
 from veracity.io import without_lone_surrogates
 from veracity.models.device import resolve_device
-from veracity.models.fingerprint import model_fingerprint
-from veracity.models.onnx_runtime import BACKENDS, OnnxSession, export_model, graph_tag, has_onnx
+from veracity.models.onnx_runtime import BACKENDS, OnnxSession, backend_model_id, export_model
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.registry import resolve_model
 
@@ -40,6 +39,32 @@ LEGACY_VERACITY_TRUNCATION = "only_first"
 TRUNCATIONS = ("only_first", "only_second", "longest_first")  # what a tokenizer's `truncation` accepts by name
 # The backend ``auto`` picks on a CPU (bench/r2vc.py measures the three: docs/results.md#verifier-backends).
 DEFAULT_CPU_BACKEND = "onnx"
+
+
+def resolve_backend(backend: str, device: str = "cpu") -> str:
+    """The verifier backend ``backend`` names on ``device``: ``auto`` is :data:`DEFAULT_CPU_BACKEND` on a CPU (its
+    graph exported on first use) and torch elsewhere — by the device alone, never by whether a graph is cached
+    yet, so a run and its resume name the same verifier."""
+    if backend not in ("auto", *BACKENDS):
+        raise ValueError(f"unknown verifier backend {backend!r}; choose auto, {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return DEFAULT_CPU_BACKEND if device == "cpu" else "torch"
+    if backend != "torch" and device != "cpu":
+        raise ValueError(f"the {backend} backend runs on the CPU; use backend torch on {device}")
+    return backend
+
+
+def verifier_device(backend: str, device: str = "auto") -> str:
+    """The torch device a verifier with ``backend`` runs on for ``--device`` ``device`` (resolved): ONNX Runtime is
+    a CPU backend, so ``auto`` means the CPU for it."""
+    return resolve_device("cpu" if backend not in ("auto", "torch") and device == "auto" else device)
+
+
+def verifier_id(model: str, backend: str = "auto", device: str = "auto") -> str:
+    """The verifier's model id (:attr:`NLIVerifier.model_id`) from its options, without loading it: what a run
+    checks a resume against before any model loads."""
+    device = verifier_device(backend, device)
+    return backend_model_id(Path(resolve_model("nli_verifier", model)), resolve_backend(backend, device))
 _END_PUNCTUATION = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
@@ -106,23 +131,16 @@ class NLIVerifier:
     def __init__(self, model: str = "embedded", batch_size: int = 32, device: str = "auto",
                  max_length: int | None = None, backend: str = "auto"):
         """``backend``: ``torch``, ``onnx`` (fp32 graph through ONNX Runtime), ``onnx_int8`` (dynamically quantized),
-        or ``auto`` — on a CPU, :data:`DEFAULT_CPU_BACKEND` when this model's graph has been exported (``train nli``
-        exports the verifiers it trains; ``veracity models export-onnx`` any other), else torch; on a GPU, torch.
-        Asked for by name, an ONNX graph is exported on first use and cached with the weights' fingerprint
-        (``models/onnx_runtime.py``); a missing or stale one is rebuilt, never used."""
+        or ``auto`` — :data:`DEFAULT_CPU_BACKEND` on a CPU, torch on a GPU (:func:`resolve_backend`). An ONNX graph
+        is exported on first use and cached with the weights' fingerprint (``models/onnx_runtime.py``; ``train nli``
+        exports the verifiers it trains, ``veracity models export-onnx`` any other); a missing or stale one is
+        rebuilt, never used."""
         import torch  # lazy, as transformers: seconds to import, and only a loaded verifier needs them
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        if backend not in ("auto", *BACKENDS):
-            raise ValueError(f"unknown verifier backend {backend!r}; choose auto, {', '.join(BACKENDS)}")
-        if backend not in ("auto", "torch"):  # ONNX Runtime is a CPU backend: `auto` means the CPU for it
-            if device not in ("auto", "cpu"):
-                raise ValueError(f"the {backend} backend runs on the CPU; use backend torch on {device}")
-            device = "cpu"
-        device = resolve_device(device)
+        device = verifier_device(backend, device)
+        self.backend = resolve_backend(backend, device)
         self.folder = Path(resolve_model("nli_verifier", model))
-        self.backend = backend if backend != "auto" else (
-            DEFAULT_CPU_BACKEND if device == "cpu" and has_onnx(self.folder) else "torch")
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         self.model = AutoModelForSequenceClassification.from_pretrained(self.folder).to(device).eval()
         config = self.model.config
@@ -153,8 +171,7 @@ class NLIVerifier:
     def model_id(self) -> str:
         """The model folder with its content fingerprint, and the backend when it is not torch with its graph's
         export (an INT8 graph scores differently): what run records and caches name it by."""
-        suffix = "" if self.backend == "torch" else f"+{graph_tag(self.backend)}"
-        return f"{self.folder}#{model_fingerprint(self.folder)}{suffix}"
+        return backend_model_id(self.folder, self.backend)
 
     def predict(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         """Probabilities ``(n, 3)`` in :data:`NLI_LABELS` order, one row per (premise, hypothesis)."""

@@ -6,16 +6,21 @@ quantization of the linear layers (``onnxruntime.quantization.quantize_dynamic``
 A BERT-family graph is exported with eager attention and fused by ONNX Runtime's transformer optimizer (one
 ``Attention`` node per layer, ``EmbedLayerNormalization``, ``SkipLayerNormalization``, ``BiasGelu``) before it is
 quantized, so INT8 gets ``QAttention`` too. The export is made on first use and kept in
-``<cache>/onnx/<fingerprint>/`` with a ``fingerprint.txt`` (the weights' fingerprint and the export recipe): a model
-retrained in place gets a new fingerprint, so its old graph is never found, and a graph whose recorded fingerprint
-or recipe does not match (a stale or hand-copied file, an older export, another CPU's quantization) is rebuilt,
-never used.
+``<cache>/onnx/<fingerprint>-export<version>-int<bits>/`` with a ``fingerprint.txt`` (the weights' fingerprint and the
+export recipe): a model retrained in place gets a new fingerprint, so its old graph is never found; another export
+version or another CPU's INT8 range (nodes with and without VNNI sharing a cache) gets a folder of its own, so no
+node replaces the graphs another reads; and a graph whose recorded fingerprint or recipe does not match (a stale or
+hand-copied file) is rebuilt, never used. One process exports a folder at a time (a lock file beside it): a second
+exporter waits, then finds the graphs made.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from veracity.io import atomic_directory
-from veracity.models.fingerprint import model_fingerprint
+from veracity.models.fingerprint import content_id, model_fingerprint
 from veracity.models.paths import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -34,8 +39,9 @@ FILES = {"onnx": "model.onnx", "onnx_int8": "model.int8.onnx"}
 
 def onnx_dir(folder: Path, fingerprint: str) -> Path:
     """Where the ONNX graphs of the model with ``fingerprint`` live: by content, so a copy of the model (an installed
-    verifier) finds the graphs of its original, and a retrained one never does."""
-    return cache_dir() / "onnx" / fingerprint
+    verifier) finds the graphs of its original, and a retrained one never does; and by this machine's export recipe,
+    so a node with another INT8 range never rebuilds (deletes) the graphs a node sharing the cache reads."""
+    return cache_dir() / "onnx" / f"{fingerprint}-export{EXPORT_VERSION}-int{int8_bits()}"
 
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -71,6 +77,15 @@ def graph_tag(backend: str) -> str:
     """What names the graph of ``backend`` in a model id: the export version, and the INT8 weights' range."""
     bits = f"-int{int8_bits()}" if backend == "onnx_int8" else ""
     return f"{backend}@export{EXPORT_VERSION}{bits}"
+
+
+def backend_model_id(folder: Path, backend: str) -> str:
+    """How run records name a model run by ``backend``: the folder with its content fingerprint, and for an ONNX
+    backend the graph's export (an INT8 graph scores differently). Computed without loading the model, so a
+    resume under other weights is refused before any model loads."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose {', '.join(BACKENDS)}")
+    return content_id(folder) + ("" if backend == "torch" else f"+{graph_tag(backend)}")
 
 
 def stamp(fingerprint: str) -> str:
@@ -166,10 +181,27 @@ def current_graphs(folder: Path, build: Callable[[Path, str], Any]) -> Path:
     ``build(target, fingerprint)`` first when they are missing or stale: an old graph is rebuilt, never used."""
     fingerprint = model_fingerprint(folder)
     target = onnx_dir(folder, fingerprint)
-    if not is_current(target, fingerprint):
-        logger.info("exporting %s to ONNX (once)", folder)
-        build(target, fingerprint)
+    if is_current(target, fingerprint):
+        return target
+    with export_lock(target):
+        if not is_current(target, fingerprint):  # another process may have made it while this one waited
+            logger.info("exporting %s to ONNX (once)", folder)
+            build(target, fingerprint)
     return target
+
+
+@contextlib.contextmanager
+def export_lock(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``<target>.lock`` until the block ends, waiting for it: processes sharing a cache
+    export a graph folder one at a time (two at once would rename over each other: ENOTEMPTY, or a deleted folder
+    another one reads). The file stays (an empty file in the cache), so every process locks the same inode."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target.with_name(target.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def is_current(target: Path, fingerprint: str) -> bool:
@@ -178,12 +210,6 @@ def is_current(target: Path, fingerprint: str) -> bool:
     recorded = target / "fingerprint.txt"
     return (recorded.is_file() and recorded.read_text() == stamp(fingerprint)
             and all((target / name).is_file() for name in FILES.values()))
-
-
-def has_onnx(folder: Path) -> bool:
-    """Whether the model in ``folder`` has current ONNX graphs (its fingerprint's folder, complete)."""
-    fingerprint = model_fingerprint(folder)
-    return is_current(onnx_dir(folder, fingerprint), fingerprint)
 
 
 def export_model(folder: Path, model: Any = None, tokenizer: Any = None) -> Path:

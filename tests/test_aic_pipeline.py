@@ -536,25 +536,29 @@ def _stale_record(claim_id: str, label: str) -> dict:
                                   "answer_type": "Boolean"}]}}}
 
 
-def test_infer_aic_outputs_read_only_the_records_of_this_runs_layout(
+def test_infer_aic_refuses_the_records_of_another_layout_and_reads_only_its_own(
         prepared_averitec: Path, tiny_encoder_dir: Path, tmp_path: Path, scripted_cli: list[AnswerAll],
         capsys: pytest.CaptureFixture[str]) -> None:
     from veracity import cli
 
     out = tmp_path / "run"
     out.mkdir()
-    # an older sharded run left its files (their names sort after records.jsonl), and claim 9 is not in this run
+    # an older sharded run left its files: an unsharded run into the folder is refused (one folder, one run)
     stale = [_stale_record("0", "Supported"), _stale_record("9", "Supported")]
     (out / "records.shard-0-of-2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stale))
-    assert cli.main(_aic_cli(prepared_averitec, tiny_encoder_dir, out)) == 0
-    predictions = json.loads((out / "predictions.json").read_text())
-    assert [(p["claim_id"], p["pred_label"]) for p in predictions] == [("0", "Refuted"), ("2", "Refuted")]
-    rows = list(csv.DictReader(io.StringIO((out / "submission.csv").read_text(), newline="")))
-    assert [(r["id"], r["label"]) for r in rows] == [("0", "Refuted"), ("2", "Refuted")]
-    # and a sharded run never reads the unsharded records.jsonl: stale answers there stay out of its outputs
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(_aic_cli(prepared_averitec, tiny_encoder_dir, out))
+    assert exit_info.value.code == 2
+    assert "records.shard-0-of-2.jsonl is there of another shard layout" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["records.shard-0-of-2.jsonl"]
+    # and so is a sharded run into a folder holding an unsharded records.jsonl
     sharded = tmp_path / "sharded"
     sharded.mkdir()
     (sharded / "records.jsonl").write_text(json.dumps(_stale_record("0", "Supported")) + "\n")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(_aic_cli(prepared_averitec, tiny_encoder_dir, sharded, "--shard", "0/2"))
+    assert exit_info.value.code == 2 and "records.jsonl is there" in capsys.readouterr().err
+    (sharded / "records.jsonl").unlink()
     for shard in ("0/2", "1/2"):  # claims "0" and "2" both hash to shard 0
         assert cli.main(_aic_cli(prepared_averitec, tiny_encoder_dir, sharded, "--shard", shard)) == 0
     predictions = json.loads((sharded / "predictions.json").read_text())

@@ -126,6 +126,13 @@ def test_generate_job_outcomes(tiny_lm_dir: Path, tmp_path: Path) -> None:
     assert (tmp_path / "run" / "run_config.yaml").exists() and (tmp_path / "run" / "summary.json").exists()
     again = main(args)  # resume: nothing left to do
     assert again["already_done"] == 4 and again["processed"] == 0
+    # one folder, one run: another shard layout is refused before the model loads, and nothing there changes
+    from veracity.rundir import RunConfigMismatchError
+
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+    with pytest.raises(RunConfigMismatchError, match="predictions.jsonl is there of another shard layout"):
+        main([*args, "--shard", "0/2"])
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
 
 
 # --- one writer per output, and --retry_errors ------------------------------------------------------------------

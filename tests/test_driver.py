@@ -222,3 +222,233 @@ def test_uts_killed_mid_run_resumes_each_item_once_and_retries_errors_on_request
     assert (again["retried"], again["ok"]) == (1, 1)
     assert recorded_ids(retry / "records.jsonl") == ["i1", "i2", "i3", "i4", "i3"]  # appended; the last one wins
     assert len((retry / "articles.jsonl").read_text().splitlines()) == 4
+
+
+# --- one output folder, one run (every pipeline: the driver's claim, infer/run_folder.py) ----------------------
+
+
+def uts_cli(items: Path, out: Path, *extra: str) -> list[str]:
+    return ["infer", "uts", "--items", str(items), "--items_per_call", "1", "--output_dir", str(out), "--progress",
+            "false", *extra]
+
+
+def refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run the CLI, expect one ``error:`` line and exit status 2; returns the line."""
+    from veracity import cli
+
+    capsys.readouterr()  # what earlier steps printed (progress bars) is not this run's
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_a_second_layout_or_config_in_one_folder_is_refused_and_shards_keep_their_own_summary(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """UTS unsharded with one --lede, then --shard 0/2 with another into the same folder: refused, nothing there
+    changes (before, run_config.yaml, articles.jsonl and summary.json were overwritten and the report showed the
+    first run's records under the second's config). The same the other way round, and for another i/n."""
+    from veracity import cli
+
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "run"
+    assert cli.main(uts_cli(items, out, "--lede", "First: {claim}.")) == 0
+    before = snapshot(out)
+    for extra in (["--shard", "0/2", "--lede", "Second: {claim}."], ["--shard", "0/2"], ["--shard", "1/3"]):
+        line = refused(capsys, uts_cli(items, out, *extra))
+        assert "records.jsonl" in line and "another shard layout (unsharded)" in line
+        assert snapshot(out) == before
+    # a sharded folder: each shard writes its own summary; an unsharded run or another i/n is refused
+    sharded = tmp_path / "sharded"
+    reports = [cli.main(uts_cli(items, sharded, "--shard", f"{i}/2")) for i in range(2)]
+    assert reports == [0, 0]
+    summaries = [json.loads((sharded / f"summary.shard-{i}-of-2.json").read_text()) for i in range(2)]
+    assert not (sharded / "summary.json").exists()
+    counts = [len(recorded_ids(sharded / f"records.shard-{i}-of-2.jsonl")) for i in range(2)]
+    assert [s["processed"] for s in summaries] == counts and sum(counts) == len(ITEMS)
+    before = snapshot(sharded)
+    for extra in ([], ["--shard", "0/3"]):
+        line = refused(capsys, uts_cli(items, sharded, *extra))
+        assert "records.shard-0-of-2.jsonl" in line and "--shard i/2" in line
+    assert snapshot(sharded) == before
+    # the same layout under another config: refused too (the records of a sibling shard)
+    line = refused(capsys, uts_cli(items, sharded, "--shard", "1/2", "--lede", "Other: {claim}."))
+    assert "records.shard-0-of-2.jsonl" in line and "lede" in line
+    assert snapshot(sharded) == before
+
+
+def test_another_job_into_a_run_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``infer generate`` (outputs of other names) into the folder of a UTS run: refused before its model loads,
+    nothing there changes (before, its run_config.yaml and summary.json replaced the UTS run's)."""
+    from veracity import cli
+
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "run"
+    assert cli.main(uts_cli(items, out)) == 0
+    before = snapshot(out)
+    line = refused(capsys, ["infer", "generate", "--input", str(items), "--output_dir", str(out), "--template",
+                            "{claim}", "--model", str(tmp_path / "no_model"), "--progress", "false"])
+    assert "holds a run of `infer uts` (articles.jsonl), and this is `infer generate`" in line
+    assert snapshot(out) == before
+
+
+def test_a_run_of_another_layout_or_config_still_without_records_is_refused_while_it_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shard 0/2 is running (its lock held, no record written yet): a run of another layout, or shard 1/2 under
+    another config, is refused — the lock is no longer per file only. Shard 1/2 under the same config runs."""
+    import threading
+
+    from veracity import cli
+    from veracity.infer.pipelines.uts.run import main
+
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "run"
+    started, release = threading.Event(), threading.Event()
+    draft = UTS.__call__
+
+    def held(self, rows):  # noqa: ANN001, ANN202 - the pipeline's own signature
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            assert release.wait(60)
+        return draft(self, rows)
+
+    monkeypatch.setattr(UTS, "__call__", held)
+    worker = threading.Thread(target=main, args=(uts_cli(items, out, "--shard", "0/2", "--lede", "A: {claim}.")[2:],))
+    worker.start()
+    try:
+        assert started.wait(60)
+        assert not (out / "records.shard-0-of-2.jsonl").read_text()  # nothing recorded yet
+        line = refused(capsys, uts_cli(items, out, "--lede", "A: {claim}."))
+        assert "records.shard-0-of-2.jsonl is being written by a run of another shard layout" in line
+        line = refused(capsys, uts_cli(items, out, "--shard", "1/2", "--lede", "B: {claim}."))
+        assert "records.shard-0-of-2.jsonl: the run writing it now was started under another run config" in line
+        assert cli.main(uts_cli(items, out, "--shard", "1/2", "--lede", "A: {claim}.")) == 0
+    finally:
+        release.set()
+        worker.join(60)
+    assert sorted(recorded_ids(out / "records.shard-0-of-2.jsonl") + recorded_ids(out / "records.shard-1-of-2.jsonl")
+                  ) == sorted(item["id"] for item in ITEMS)
+
+
+# --- every model that shapes a record is in the run record by content ---------------------------------------------
+
+
+def retrain_in_place(folder: Path) -> bytes:
+    """The same folder with other weights (one tensor moved), as a model retrained in place; returns the old bytes."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    old = path.read_bytes()
+    weights = load_file(path)
+    name = next(k for k, v in weights.items() if v.is_floating_point())
+    weights[name] = weights[name] + 0.01
+    save_file(weights, path, metadata={"format": "pt"})
+    return old
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_sciclaim_resume_under_another_encoder_or_cross_encoder_is_refused_before_loading(
+        tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The dense encoder and the cross-encoder are recorded by content: retrained in place (same path, other
+    weights), a resume is refused in one line before any model loads — no index rebuilt, nothing written (before, the
+    cross-encoder was recorded by path and the encoder not at all: the index was rebuilt silently and the run went
+    on with mixed retrieval). Back to the recorded weights, the run resumes."""
+    import shutil
+
+    import yaml
+
+    from veracity.infer.pipelines.sciclaimseekers.run import main
+    from veracity.models.fingerprint import model_fingerprint
+
+    encoder = Path(shutil.copytree(tiny_encoder_dir, tmp_path / "encoder"))
+    cross = build_tiny_cross_encoder(tmp_path / "cross_encoder", tiny_encoder_dir)
+    out = tmp_path / "run"
+    argv = sciclaim_argv(tmp_path, encoder, cross, out)
+    assert main([*argv, "--max_examples", "2"])["processed"] == 2
+    models = yaml.safe_load((out / "run_config.yaml").read_text())["models"]
+    assert models == {"embedder": f"{encoder}#{model_fingerprint(encoder)}",
+                      "cross_encoder": f"{cross}#{model_fingerprint(cross)}"}
+    before = tree(out)
+    load = SciClaim.load
+    monkeypatch.setattr(SciClaim, "load", lambda self, run_dir: pytest.fail("a model loaded before the refusal"))
+    for folder, role in ((encoder, "embedder"), (cross, "cross_encoder")):
+        old = retrain_in_place(folder)
+        line = refused(capsys, ["infer", "sciclaim", *argv])
+        assert f"models.{role}: '{models[role]}' → '{folder}#{model_fingerprint(folder)}'" in line
+        assert tree(out) == before
+        (folder / "model.safetensors").write_bytes(old)
+    monkeypatch.setattr(SciClaim, "load", load)
+    report = main(argv)
+    assert (report["already_done"], report["processed"]) == (2, 2)
+
+
+def test_aic_resume_under_another_embedder_is_refused_before_loading(
+        prepared_averitec: Path, tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        scripted_engine: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """AIC's claim indexes are keyed by the embedder's fingerprint, so a new embedder rebuilt them claim by claim
+    and a resume mixed two retrievals; the embedder is now in the run record, checked before any model loads."""
+    import shutil
+
+    import yaml
+
+    from veracity.infer.pipelines.aic.run import main
+    from veracity.models.fingerprint import model_fingerprint
+
+    encoder = Path(shutil.copytree(tiny_encoder_dir, tmp_path / "encoder"))
+    out = tmp_path / "run"
+    argv = aic_argv(prepared_averitec, encoder, out)
+    main(argv)
+    recorded = yaml.safe_load((out / "run_config.yaml").read_text())["models"]
+    assert recorded == {"embedder": f"{encoder}#{model_fingerprint(encoder)}", "generator": AnswerAll().identity}
+    before = tree(out)
+    monkeypatch.setattr(AIC, "load", lambda self, run_dir: pytest.fail("a model loaded before the refusal"))
+    retrain_in_place(encoder)
+    line = refused(capsys, ["infer", "aic", *argv])
+    assert f"models.embedder: '{recorded['embedder']}' → '{encoder}#{model_fingerprint(encoder)}'" in line
+    assert tree(out) == before
+
+
+def test_r2vc_resume_under_another_retrieval_encoder_is_refused_before_loading(
+        tiny_verifier: Path, tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Claims that retrieve from an --index_dir: the index's encoder is in the run record by content; retrained in
+    place, a resume is refused before any model loads (before, the new claims became error records, an index
+    mismatch each, beside the old claims' answers)."""
+    import shutil
+
+    import yaml
+    from retrieval_fixture import write_benchmark
+
+    from veracity.infer.pipelines.r2vc.run import main
+    from veracity.infer.retrieval.index import IndexSettings, build_index
+    from veracity.models.fingerprint import model_fingerprint
+
+    encoder = Path(shutil.copytree(tiny_encoder_dir, tmp_path / "encoder"))
+    bench = write_benchmark(tmp_path / "bench")
+    index = build_index(bench / "toy_corpus.jsonl", tmp_path / "index",
+                        IndexSettings(embedder=str(encoder), faiss_kind="flat", progress=False))
+    claims = tmp_path / "claims.jsonl"
+    rows = [{"id": c["id"], "claim": c["claim"]} for c in CLAIMS]
+    write_jsonl(claims, rows[:2])
+    out = tmp_path / "run"
+    argv = ["--claims", str(claims), "--index_dir", str(index), "--use_generator", "false", "--nli_model",
+            str(tiny_verifier), "--output_dir", str(out), "--progress", "false"]
+    assert main(argv)["ok"] == 2
+    recorded = yaml.safe_load((out / "run_config.yaml").read_text())["models"]["embedder"]
+    assert recorded == f"{encoder}#{model_fingerprint(encoder)}"
+    before = tree(out)
+    retrain_in_place(encoder)
+    write_jsonl(claims, rows)
+    monkeypatch.setattr(R2VC, "load", lambda self, run_dir: pytest.fail("a model loaded before the refusal"))
+    line = refused(capsys, ["infer", "r2vc", *argv])
+    assert f"models.embedder: '{recorded}' → '{encoder}#{model_fingerprint(encoder)}'" in line
+    assert tree(out) == before

@@ -226,9 +226,28 @@ def test_cache_is_safe_under_concurrent_writers(tmp_path: Path) -> None:
     assert not errors and len(ResponseCache(cache_path)) == 200
 
 
-def test_make_engine_with_cache(tiny_lm_dir: Path, tmp_path: Path) -> None:
-    engine = make_engine(EngineConfig(model=str(tiny_lm_dir), cache=str(tmp_path / "c.sqlite")))
-    assert isinstance(engine, CachedEngine)
+def test_make_engine_with_cache(tiny_lm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache wraps the engine the config describes (its model, batch size and dtype) in the file it names; a
+    second identical request is served from that file, the model not asked again."""
+    import torch
+
+    from veracity.models.fingerprint import model_fingerprint
+
+    config = EngineConfig(model=str(tiny_lm_dir), cache=str(tmp_path / "c.sqlite"), batch_size=3, dtype="float32")
+    engine = make_engine(config)
+    assert isinstance(engine, CachedEngine) and isinstance(engine.engine, TransformersEngine)
+    inner = engine.engine
+    assert (inner.folder, inner.batch_size, inner.dtype) == (tiny_lm_dir.resolve(), 3, torch.float32)
+    assert engine.identity == f"transformers:{tiny_lm_dir.resolve()}#{model_fingerprint(tiny_lm_dir)}@float32"
+    assert engine.cache.path == tmp_path / "c.sqlite"
+    asked: list[int] = []
+    generate = inner.generate
+    monkeypatch.setattr(inner, "generate", lambda requests: asked.append(len(requests)) or generate(requests))
+    request = GenerationRequest.chat([{"role": "user", "content": "Is the sky blue?"}], max_new_tokens=4)
+    first, second = engine.generate([request])[0], engine.generate([request])[0]
+    assert asked == [1] and len(engine.cache) == 1
+    assert (first.cached, second.cached) == (False, True)
+    assert [c.text for c in second.candidates] == [c.text for c in first.candidates]
     with pytest.raises(ValueError, match="unknown engine"):
         make_engine(EngineConfig(engine="telepathy"))
 

@@ -257,8 +257,10 @@ def test_the_report_command_reads_a_sharded_run(tmp_path: Path, monkeypatch: pyt
     capsys.readouterr()
     report_main([str(out)])
     assert capsys.readouterr().out.strip() == str(out / "report.html")
-    page = Page((out / "report.html").read_text(encoding="utf-8"))
+    text = (out / "report.html").read_text(encoding="utf-8")
+    page = Page(text)
     assert sorted(item_id for item_id, _ in page.items) == sorted(item["id"] for item in ITEMS)
+    assert "summary.shard-0-of-2.json" in text and "summary.shard-1-of-2.json" in text  # each shard's own summary
     (out / "records.shard-0-of-3.jsonl").write_text("")
     with pytest.raises(SystemExit, match="shards of 2 layouts"):
         report_main([str(out)])

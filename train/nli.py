@@ -452,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     write_json(Path(training.output_dir) / "metrics.json", report)
     write_verifier_card(final, args, init, stats, results, argv, training.load_best_model_at_end)
     mark_completed(training.output_dir, f"NLI verifier in {final}" + (" (QUICK run)" if args.quick else ""))
-    if not args.quick:  # CPU inference through ONNX Runtime (NLIVerifier's auto backend finds these graphs)
+    if not args.quick:  # CPU inference through ONNX Runtime (NLIVerifier's auto backend: ready, not made on first use)
         export_model(final)
     if args.install:
         install(final, report)

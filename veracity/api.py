@@ -27,7 +27,7 @@ from veracity.config import load_config_values
 from veracity.data_prep.errors import DataError
 from veracity.infer.batch import IdCheck, batch_records, output_lock, run_batch
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
-from veracity.infer.pipelines.driver import build_configs, layout_records, pipeline_class, write_record
+from veracity.infer.pipelines.driver import build_configs, claim, layout_records, pipeline_class
 
 
 class LoadedPipeline:
@@ -68,7 +68,7 @@ class LoadedPipeline:
         output = run_dir / "records.jsonl"
         run_dir.mkdir(parents=True, exist_ok=True)
         with output_lock(output):
-            write_record(self.pipeline, run_dir, output, (0, 1))
+            claim(self.pipeline, run_dir, (0, 1), loaded=True)  # one folder, one run: as the command claims it
             run_batch(items, self.pipeline, output, batch_size=self.pipeline.batch_size, progress=False,
                       take_lock=False, error_fields=self.pipeline.error_fields)
         return layout_records(run_dir, "records", (0, 1), [str(item["id"]) for item in items])

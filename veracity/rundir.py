@@ -171,18 +171,35 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
     return [] if old == new else [f"{path}: {old!r} → {new!r}"]
 
 
-def check_resume(record_path: Path, records: Path, config: Any, models: dict[str, str]) -> None:
-    """Refuse to resume ``records`` when ``record_path`` says they were made under another config or models."""
-    if not (records.is_file() and records.stat().st_size and record_path.is_file()):
-        return
+def read_run_config(record_path: Path, outputs: Path) -> dict[str, Any]:
+    """The run record at ``record_path`` ({} when there is none); unreadable, a ``RunConfigMismatchError``: what
+    ``outputs`` were made with cannot be told."""
+    if not record_path.is_file():
+        return {}
     try:
-        old = yaml.safe_load(record_path.read_text(encoding="utf-8")) or {}
+        return yaml.safe_load(record_path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as error:
-        raise RunConfigMismatchError(f"{record_path}: unreadable ({error}); cannot tell what {records.name} "
+        raise RunConfigMismatchError(f"{record_path}: unreadable ({error}); cannot tell what {outputs.name} "
                                      "was made with") from None
-    found = differences(old.get("config"), config) + differences(old.get("models", {}), models, "models")
+
+
+def check_resume(record_path: Path, records: Path, config: Any, models: dict[str, str], *, running: bool = False,
+                 partial: bool = False) -> None:
+    """Refuse to resume ``records`` when ``record_path`` says they were made under another config or models.
+
+    ``running``: a run is writing ``records`` now, so it is checked even while it holds no record yet.
+    ``partial``: ``models`` names only some of the models (those named before any loads): only they are compared.
+    """
+    if not (record_path.is_file() and (running or (records.is_file() and records.stat().st_size))):
+        return
+    old = read_run_config(record_path, records)
+    recorded = old.get("models") or {}
+    if partial:
+        recorded = {k: v for k, v in recorded.items() if k in models}
+    found = differences(old.get("config"), config) + differences(recorded, models, "models")
     if found:
         shown = "; ".join(found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
+        made = "the run writing it now was started" if running else "its records were made"
         raise RunConfigMismatchError(
-            f"{records}: its records were made under another run config ({shown}); resuming would mix the two. "
+            f"{records}: {made} under another run config ({shown}); resuming would mix the two. "
             f"Rerun with the recorded settings, choose a new --output_dir, or delete {records.name} to start over")

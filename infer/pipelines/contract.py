@@ -7,8 +7,10 @@ runs it from the command line and calls, in this order:
 - ``items()``: the configured items, read and checked (bad input: a DataError before anything is written);
 - ``check()``: side files and settings, checked before anything is written (R2VC's calibrator);
 - ``load(run_dir)``: every model, loaded once (``run_dir``: where caches and indexes go);
-- ``model_ids()`` and ``decoding()``: each model a record depends on, by content, and how the generator decodes,
-  for the run record (a resume must match);
+- ``model_ids()`` and ``decoding()``: each model a record depends on, by content (path + fingerprint: embedders,
+  cross-encoders, verifier, generator), and how the generator decodes, for the run record (a resume must match);
+  ``model_ids()`` is also called before ``load``, where it names the models it can from the options alone, so a
+  resume under another model is refused before any model loads;
 - ``prepare(run_dir)``: side inputs a run keeps in its folder (AIC's proxy store and ``gold.json``);
 - ``__call__(items)``: a batch of items → one record, or the item's Exception, per item;
 - ``close()``: the engines released;
@@ -97,6 +99,7 @@ class Pipeline:
         self.load(run_dir)
 
     def model_ids(self) -> dict[str, str]:
+        """Each model a record depends on, by content; before :meth:`load`, those named from the options alone."""
         return {}
 
     def decoding(self) -> dict[str, Any] | None:

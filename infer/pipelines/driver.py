@@ -7,16 +7,18 @@ handed to :func:`run_pipeline`, which
    anything is written, and ``veracity.cli`` turns it into one line and exit status 2;
 2. holds the single-writer lock on the batch output (``records.jsonl``, ``records.shard-i-of-n.jsonl`` for
    ``--shard i/n``: :func:`veracity.infer.batch.shard_file`) from model loading to the last output file;
-3. loads the models and writes ``run_config.yaml`` (configs, models by content, decoding); a resume under another
-   config or other weights — checked against every file of the shard layout — is a ``RunConfigMismatchError``
+3. claims the folder for one run (:mod:`veracity.infer.run_folder`): another shard layout there, or this layout's
+   files (or a sibling shard running now) under another config or other weights, is a ``RunConfigMismatchError`` —
+   checked first with the models the pipeline names from its options, before any loads; then loads the models
+   and writes ``run_config.yaml`` (configs, models by content, decoding) after the same check with all of them
    (with ``--executor ray`` the generators are named there but not loaded:
    :func:`~veracity.models.engine.deferred_loading`);
 4. runs the batches (:func:`veracity.infer.batch.run_batch`: resumable after a kill, items already recorded are
    skipped, ``--retry_errors`` re-runs the failed ones, a failing item fails alone) — in this process, or with
    ``--executor ray`` in Ray actors that each load the pipeline (:mod:`veracity.infer.executors`);
 5. hands the records of this run's items to the pipeline's ``finish`` (submission files) and writes
-   ``summary.json`` (batch counts, items/s, seconds per stage; a resume with nothing to do keeps the summary of
-   the run that did the work);
+   ``summary.json`` (``summary.shard-i-of-n.json`` for a shard, so no sibling overwrites it: batch counts, items/s,
+   seconds per stage; a resume with nothing to do keeps the summary of the run that did the work);
 6. unsharded, calls the pipeline's scorer on the records (``metrics.json`` and what each scorer writes) and writes
    ``report.html`` (:mod:`veracity.infer.report_html`: config, metrics, plots, one row per item that opens).
 """
@@ -48,9 +50,10 @@ from veracity.infer.batch import (
 from veracity.infer.executors import ExecutorConfig, run_on_ray  # ray itself: imported in run_on_ray
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
 from veracity.infer.report_html import write_report_html
+from veracity.infer.run_folder import claim_folder, summary_file
 from veracity.io import write_json
 from veracity.models.engine import deferred_loading
-from veracity.rundir import check_resume, to_plain, update_decoding, write_run_config
+from veracity.rundir import update_decoding
 
 logger = logging.getLogger(__name__)
 
@@ -92,17 +95,13 @@ def layout_records(run_dir: Path, stem: str, shard: tuple[int, int], ids: Sequen
     return [latest[i] for i in ids if i in latest]
 
 
-def write_record(pipeline: Pipeline, run_dir: Path, output: Path, shard: tuple[int, int]) -> None:
-    """``run_config.yaml``, after checking that every file of the shard layout was made under these settings."""
-    models = pipeline.model_ids()
-    configs = [*pipeline.configs, *pipeline.record_extras()]
-    plain = [to_plain(c) for c in configs] if len(configs) != 1 else to_plain(configs[0])
-    for sibling in layout_files(run_dir, pipeline.records_stem, shard):  # the outputs read every shard of it
-        if sibling != output:
-            check_resume(run_dir / "run_config.yaml", sibling, plain, models)
-    write_run_config(run_dir, *configs, job=f"infer {pipeline.name}", models=models, decoding=pipeline.decoding(),
-                     device=pipeline.device(),
-                     resumes=output)
+def claim(pipeline: Pipeline, run_dir: Path, shard: tuple[int, int], loaded: bool) -> None:
+    """The run's claim on its folder (:func:`veracity.infer.run_folder.claim_folder`): before loading, a check with
+    the models the pipeline names from its options; once loaded, the check with all of them and ``run_config.yaml``."""
+    claim_folder(run_dir, pipeline.records_stem, shard, [*pipeline.configs, *pipeline.record_extras()],
+                 job=f"infer {pipeline.name}", models=pipeline.model_ids(),
+                 decoding=pipeline.decoding() if loaded else None, record=loaded, partial=not loaded,
+                 device=pipeline.device() if loaded else None)
 
 
 def run_batches(pipeline: Pipeline, items: list[Item], output: Path, run_dir: Path, shard: tuple[int, int],
@@ -160,12 +159,13 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
     out.mkdir(parents=True, exist_ok=True)
     try:
         with output_lock(output):  # a refused second run must not overwrite the running one's record
+            claim(pipeline, out, shard, loaded=False)  # another layout, config or model: refused before loading
             start = time.perf_counter()
             with deferred_loading() if executor.executor == "ray" else nullcontext():
                 pipeline.load(out)  # under ray, generators are only named here: the actors load and run them
             try:
                 load_seconds = time.perf_counter() - start
-                write_record(pipeline, out, output, shard)
+                claim(pipeline, out, shard, loaded=True)
                 facts = pipeline.prepare(out)
                 summary, stats = run_batches(pipeline, items, output, out, shard, executor)
             finally:
@@ -178,8 +178,9 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
                 report["executor"] = dataclasses.asdict(executor)
             if pipeline.unit != "items":
                 report[f"{pipeline.unit}_per_second"] = round(summary.items_per_second, 4)
-            if summary.processed or not (out / "summary.json").exists():  # a no-op resume keeps the work's timings
-                write_json(out / "summary.json", report)
+            summary_path = out / summary_file(shard)  # one per shard: a sibling never overwrites it
+            if summary.processed or not summary_path.exists():  # a no-op resume keeps the work's timings
+                write_json(summary_path, report)
             print(summary)
             stages = report["seconds_per_stage"]
             if stages:

@@ -20,7 +20,7 @@ import numpy as np
 from veracity.infer.retrieval.fusion import Hits
 from veracity.infer.retrieval.gpu import to_cpu, to_gpu_if_available
 from veracity.models.device import resolve_device
-from veracity.models.onnx_runtime import BACKENDS, OnnxSession, export_encoder
+from veracity.models.onnx_runtime import BACKENDS, OnnxSession, backend_model_id, export_encoder
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.registry import model_fingerprint, resolve_model
 
@@ -47,6 +47,12 @@ class EncoderSpec:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown encoder backend {self.backend!r}; choose {', '.join(BACKENDS)}")
+
+
+def encoder_id(spec: EncoderSpec) -> str:
+    """How run records name the encoder of ``spec`` (folder, content fingerprint, ONNX graph), without loading it:
+    a resume under another encoder is refused before any model loads (:attr:`DenseEncoder.model_id` is the same)."""
+    return backend_model_id(resolve_model("embedder", spec.model), spec.backend)
 
 
 class DenseEncoder:

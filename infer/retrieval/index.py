@@ -27,6 +27,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from veracity.data_prep.errors import DataError
 from veracity.data_prep.readers import read_jsonl
@@ -253,16 +254,30 @@ class LoadedIndex:
                 for chunk in iter_corpus(Path(corpus["path"]), 4096) for d in chunk}  # type: ignore[index]
 
 
+def read_meta(folder: Path) -> dict[str, Any]:
+    """``index_meta.json`` of an index folder (written last: a folder without it is no index)."""
+    meta_path = folder / "index_meta.json"
+    if not meta_path.exists():
+        raise FileNotFoundError(f"{folder} is not a complete index (no index_meta.json)")
+    return json.loads(meta_path.read_text())
+
+
+def built_encoder(meta: dict[str, Any]) -> EncoderSpec | None:
+    """The encoder an index embedded its documents with (from its meta); None for a BM25-only index."""
+    if not meta["dense"]:
+        return None
+    built = meta["dense"]["encoder"]
+    fields = ("model", "query_prefix", "doc_prefix", "max_length", "batch_size")
+    return EncoderSpec(**{k: built[k] for k in fields}, backend=built.get("backend", "torch"))
+
+
 def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: str | None = None,
                encoder: DenseEncoder | None = None, ef_search: int | None = None,
                device: str = "auto") -> LoadedIndex:
     """Load an index folder, checking it against the corpus and encoder it will be used with (``device``: where
     the query encoder runs when none is given)."""
     folder = Path(folder)
-    meta_path = folder / "index_meta.json"
-    if not meta_path.exists():
-        raise FileNotFoundError(f"{folder} is not a complete index (no index_meta.json)")
-    meta = json.loads(meta_path.read_text())
+    meta = read_meta(folder)
     if meta.get("format_version") not in READABLE_FORMATS:
         raise IndexMismatchError(f"{folder}: index format {meta.get('format_version')}, expected one of "
                                  f"{READABLE_FORMATS}")
@@ -281,10 +296,9 @@ def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: s
     doc_ids = json.loads((folder / "doc_ids.json").read_text())
     sparse = BM25Index.load(folder / "bm25", doc_ids) if meta["sparse"] else None
     dense = None
-    if meta["dense"]:
+    spec = built_encoder(meta)
+    if spec is not None:
         built = meta["dense"]["encoder"]
-        fields = ("model", "query_prefix", "doc_prefix", "max_length", "batch_size")
-        spec = EncoderSpec(**{k: built[k] for k in fields}, backend=built.get("backend", "torch"))
         if embedder is not None and embedder != spec.model:
             spec = replace(spec, model=embedder)
         encoder = encoder or DenseEncoder(spec, device=device)

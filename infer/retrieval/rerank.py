@@ -15,6 +15,7 @@ import numpy as np
 
 from veracity.infer.retrieval.fusion import Hits
 from veracity.models.device import resolve_device
+from veracity.models.fingerprint import content_id
 from veracity.models.registry import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,12 @@ class _HFCrossEncoder:
                                     activation_fn=self.raw_logits)
         scores = np.asarray(scores)
         return scores if scores.ndim == 1 else scores[:, -1]
+
+
+def reranker_id(model: str) -> str:
+    """How run records name the cross-encoder ``model`` (folder and content fingerprint), without loading it: a
+    resume under another cross-encoder is refused before any model loads."""
+    return content_id(resolve_model("reranker", model))
 
 
 class CrossEncoderReranker:

@@ -34,7 +34,7 @@ from veracity.infer.pipelines.aic.report import report_item
 from veracity.infer.pipelines.aic.retrieval import ClaimIndexCache, FewShotSelector, select_sources
 from veracity.infer.pipelines.aic.store import KnowledgeStore, build_proxy_store, chunk_documents
 from veracity.infer.pipelines.contract import Pipeline
-from veracity.infer.retrieval.dense import DenseEncoder, EncoderSpec
+from veracity.infer.retrieval.dense import DenseEncoder, EncoderSpec, encoder_id
 from veracity.infer.structured import schema_text
 from veracity.io import write_json
 from veracity.models import engine as engines  # engines.make_engine looked up at load time (tests replace it)
@@ -251,7 +251,13 @@ class AIC(Pipeline):
             self.engine = engines.make_engine(self.engine_config)
 
     def model_ids(self) -> dict[str, str]:
-        return {"generator": self.engine.identity} if self.engine is not None else {}
+        """The embedder (named from its options, so also before load(): a resume under another one is refused
+        before any model loads, and no claim index is rebuilt with it) and, once built, the generator."""
+        c = self.config
+        ids = {"embedder": encoder_id(EncoderSpec(model=c.embedder, backend=c.embed_backend))}
+        if self.engine is not None:
+            ids["generator"] = self.engine.identity
+        return ids
 
     def decoding(self) -> dict[str, Any] | None:
         if self.engine is None or not hasattr(self.engine, "decoding"):

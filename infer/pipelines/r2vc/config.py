@@ -66,8 +66,8 @@ class R2VCConfig:
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
     nli_batch_size: int = 32
     nli_backend: str = field(default="auto", metadata={
-        "help": "Verifier backend: torch, onnx (ONNX Runtime, fp32), onnx_int8, or auto (onnx on a CPU when the "
-                "model's graph is exported, else torch)."})
+        "help": "Verifier backend: torch, onnx (ONNX Runtime, fp32), onnx_int8, or auto (onnx on a CPU, its graph "
+                "exported on first use; torch on a GPU)."})
     use_verifier: bool = field(default=True, metadata={
         "help": "false: the generator-only ablation (majority label of the candidates, its vote share as confidence, "
                 "no verifier-based choice or abstention; the verifier's scores are still recorded)."})

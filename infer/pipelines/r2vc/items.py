@@ -1,4 +1,5 @@
-"""R2VC's inputs and side files: prepared claims, a user's claims rows, the calibrator and its certificate's scope.
+"""R2VC's inputs and side files: prepared claims, a user's claims rows, the indexes they retrieve from, the
+calibrator and its certificate's scope.
 
 A bad row, a selection without claims, or a missing calibrator is a ``DataError`` / ``PreparedDataError`` naming
 the file (and line) before anything is written; ``veracity.cli`` prints it as one line with exit status 2.
@@ -16,6 +17,8 @@ from veracity.data_prep.schema import ClaimExample, to_ternary
 from veracity.data_prep.splits import hash_int
 from veracity.infer.batch import IdCheck
 from veracity.infer.pipelines.r2vc.config import RETRIEVAL_CORPORA, R2VCConfig
+from veracity.infer.retrieval.dense import encoder_id
+from veracity.infer.retrieval.index import IndexSettings, built_encoder, read_meta
 from veracity.io import write_json, write_text
 from veracity.models.calibrator import LogisticCalibrator, calibrator_file
 
@@ -149,3 +152,31 @@ def record_scope(out: Path, metrics: dict[str, Any], scope: dict[str, Any]) -> d
         write_text(report, f"{text}\n\n## Risk-control guarantee\n\n{scope['note']}\n")
     print(f"risk control: {scope['note']}")
     return metrics
+
+
+# How R2VC indexes a prepared corpus it retrieves from (the default encoder, stemmed BM25).
+CORPUS_INDEX = IndexSettings(stem=True)
+
+
+def index_location(key: str, index_root: str) -> Path:
+    """Where the index an item's ``retrieve_from`` names is: ``key`` itself when it is an index folder, else
+    ``<index_root>/<key>`` (a prepared corpus's index, built there the first time)."""
+    folder = Path(key)
+    return folder if (folder / "index_meta.json").exists() else Path(index_root) / key
+
+
+def retrieval_embedders(config: R2VCConfig) -> dict[str, str]:
+    """The dense encoder of the indexes the configured items retrieve from, by content (named without loading it):
+    the one an index was built with, or the one it will be built with. ``{}`` when no item retrieves."""
+    if config.claims:
+        keys = [config.index_dir] if config.index_dir else []
+    else:
+        keys = sorted({config.index_dir or RETRIEVAL_CORPORA[s] for s in config.sources if s in RETRIEVAL_CORPORA})
+    named = set()
+    for key in keys:
+        folder = index_location(key, config.index_root)
+        built = (folder / "index_meta.json").exists()
+        spec = built_encoder(read_meta(folder)) if built else CORPUS_INDEX.encoder_spec()
+        if spec is not None:
+            named.add(encoder_id(spec))
+    return {"embedder": " + ".join(sorted(named))} if named else {}

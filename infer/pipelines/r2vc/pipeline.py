@@ -36,9 +36,12 @@ from veracity.infer.parsing import name_cut_off
 from veracity.infer.pipelines.contract import Pipeline
 from veracity.infer.pipelines.r2vc.config import RETRIEVAL_CORPORA, R2VCConfig
 from veracity.infer.pipelines.r2vc.items import (
+    CORPUS_INDEX,
+    index_location,
     load_calibrator,
     prepared_items,
     record_scope,
+    retrieval_embedders,
     risk_control_scope,
     user_item,
     user_items,
@@ -57,12 +60,12 @@ from veracity.infer.pipelines.r2vc.signals import (
     claim_signals,
     usable_logprob,
 )
-from veracity.infer.retrieval.index import IndexSettings, build_index, load_index
+from veracity.infer.retrieval.index import build_index, load_index
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 from veracity.io import sha256_file
 from veracity.models.calibrator import CalibratorFeatureError, LogisticCalibrator, calibrator_file, logprob_definition
 from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult, make_engine
-from veracity.models.nli import NLIVerifier
+from veracity.models.nli import NLIVerifier, verifier_id
 
 logger = logging.getLogger(__name__)
 Item = dict[str, Any]
@@ -245,13 +248,10 @@ class R2VCPipeline:
 
     def index_folder(self, key: str) -> Path:
         """The index of ``key``: an index folder, or a prepared corpus's, built under index_root the first time."""
-        folder = Path(key)
+        folder = index_location(key, self.config.index_root)
         if not (folder / "index_meta.json").exists():
-            corpus = prepared_path(self.config.prepared_dir, key)
-            folder = Path(self.config.index_root) / key
-            if not (folder / "index_meta.json").exists():
-                logger.info("building the retrieval index of %s in %s", key, folder)
-                build_index(corpus, folder, IndexSettings(stem=True), device=self.device)
+            logger.info("building the retrieval index of %s in %s", key, folder)
+            build_index(prepared_path(self.config.prepared_dir, key), folder, CORPUS_INDEX, device=self.device)
         return folder
 
     def _searcher(self, key: str) -> Any:
@@ -365,7 +365,11 @@ class R2VC(Pipeline):
         self.seconds = self.models.seconds
 
     def model_ids(self) -> dict[str, str]:
-        return self.models.model_ids() if self.models else {}
+        # before load(), the verifier and the retrieval encoder are named from the options (a resume under another
+        # one is refused before any model loads); the generator is named by its engine, once built
+        ids = self.models.model_ids() if self.models else {
+            "verifier": verifier_id(self.config.nli_model, self.config.nli_backend, self.engine_config.device)}
+        return {**ids, **retrieval_embedders(self.config)}
 
     def prepare(self, run_dir: Path) -> dict[str, Any]:
         """The indexes of the prepared corpora the configured sources retrieve from, built here, once, before any

@@ -42,10 +42,10 @@ from veracity.infer.pipelines.sciclaimseekers.ranking import (
 )
 from veracity.infer.pipelines.sciclaimseekers.report import FLAGS as REPORT_FLAGS
 from veracity.infer.pipelines.sciclaimseekers.report import report_item
-from veracity.infer.retrieval.dense import DenseEncoder
+from veracity.infer.retrieval.dense import DenseEncoder, EncoderSpec, encoder_id
 from veracity.infer.retrieval.fusion import Hits, reciprocal_rank_fusion
 from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, build_index, load_index
-from veracity.infer.retrieval.rerank import CrossEncoderReranker
+from veracity.infer.retrieval.rerank import CrossEncoderReranker, reranker_id
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 from veracity.io import atomic_writer, write_json
 from veracity.models.engine import EngineConfig, GenerationRequest, make_engine
@@ -270,11 +270,15 @@ class SciClaim(Pipeline):
         self.load(run_dir)
 
     def model_ids(self) -> dict[str, str]:
-        ids = {}
+        """The dense encoder and the cross-encoder by content, named from their options (so also before load(): a
+        resume under another one is refused before any model loads or the index is rebuilt) and, once built, the
+        LLM reranker's generator."""
+        c = self.config
+        ids = {"embedder": encoder_id(EncoderSpec(model=c.embedder, backend=c.encoder_backend))}
+        if c.ablation or c.reranker == "cross_encoder":
+            ids["cross_encoder"] = reranker_id(c.cross_encoder)
         if self.models is not None and self.models.engine is not None:
             ids["generator"] = self.models.engine.identity
-        if self.models is not None and self.models.cross_encoder is not None:
-            ids["cross_encoder"] = str(self.models.cross_encoder.folder)
         return ids
 
     def decoding(self) -> dict[str, Any] | None:
