@@ -442,11 +442,11 @@ def test_reranker_checkpoints_are_chosen_by_the_highest_selection_mrr(tmp_path: 
     from veracity.train.reranker import choose_by_selection_mrr, make_parser
 
     common = ["--output_dir", str(tmp_path), "--eval_strategy", "steps", "--save_steps", "500", "--use_cpu", "true"]
-    _, training = parse_config(make_parser(), [*common, "--load_best_model_at_end", "true"])
+    _, training, _ = parse_config(make_parser(), [*common, "--load_best_model_at_end", "true"])
     assert training.metric_for_best_model == "loss" and training.greater_is_better is False  # transformers' default
     choose_by_selection_mrr(training)
     assert (training.metric_for_best_model, training.greater_is_better) == ("eval_selection_mrr@5", True)
-    _, training = parse_config(make_parser(), [*common, "--metric_for_best_model", "eval_selection_ndcg@5"])
+    _, training, _ = parse_config(make_parser(), [*common, "--metric_for_best_model", "eval_selection_ndcg@5"])
     choose_by_selection_mrr(training)
     assert (training.metric_for_best_model, training.greater_is_better) == ("eval_selection_ndcg@5", True)
 
