@@ -17,7 +17,8 @@ Variants (each the recipe plus):
 - ``packing``: ``packing: true`` (TRL's best-fit-decreasing packing, padding-free rows);
 - ``padding_free``: ``padding_free: true`` without packing (rows concatenated, no padding);
 - ``no_checkpointing``: gradient checkpointing off at the largest of ``--batches`` whose peak stays under
-  ``--memory_limit_gib``, accumulation scaled to keep the recipe's examples per step.
+  ``--memory_limit_gib``, accumulation scaled to keep the recipe's examples per step;
+- ``packing_no_checkpointing``: both (the batch search as above, over packed rows).
 Padding-free rows rely on the attention kernel seeing sequence boundaries: transformers builds a block-diagonal
 mask from ``position_ids`` for SDPA and eager attention, and flash attention reads ``cu_seq_lens``.
 
@@ -48,7 +49,7 @@ PEAK_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.0, "A10"
 # the tiny shape: the Llama-3.1-8B architecture shrunk (a CPU correctness check, not a timing)
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 16384}
-VARIANTS = ("shipped", "packing", "padding_free", "no_checkpointing")
+VARIANTS = ("shipped", "packing", "padding_free", "no_checkpointing", "packing_no_checkpointing")
 
 
 @dataclass
@@ -219,7 +220,7 @@ def run_variant(job: str, variant: str, overrides: dict[str, Any], recipe: dict[
     from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
     fields = (SFTConfig if job == "sft" else DPOConfig).__dataclass_fields__
-    if job == "dpo" and variant in ("packing", "padding_free"):  # TRL 1.16: no packing, padding_free switched off
+    if job == "dpo" and variant not in ("shipped", "no_checkpointing"):  # TRL 1.16's DPO: no packing, padding_free off
         return Row(job, variant, "–", note="not available in TRL's DPO trainer")
     if any(k not in fields for k in overrides):
         return Row(job, variant, "–", note=f"not an option of TRL's {job.upper()} trainer")
@@ -283,9 +284,11 @@ def variant_overrides(variant: str, recipe: dict[str, Any], batch: int | None = 
         return {"packing": True}
     if variant == "padding_free":  # TRL truncates only packed or padded rows: records go in whole
         return {"padding_free": True, "max_length": None}
+    if variant == "packing_no_checkpointing":
+        return {**variant_overrides("no_checkpointing", recipe, batch), "packing": True}
     if variant == "no_checkpointing":
         examples = recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"]
-        batch = batch or recipe["per_device_train_batch_size"]
+        batch = min(batch or recipe["per_device_train_batch_size"], examples)  # never more examples per step
         return {"gradient_checkpointing": False, "per_device_train_batch_size": batch,
                 "gradient_accumulation_steps": max(1, examples // batch)}
     return {}
@@ -347,7 +350,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         recipe = recipe_values(recipe_path, args)
         records = read_records(records_path, fields)
         for variant in args.variants:
-            if variant != "no_checkpointing":
+            if "no_checkpointing" not in variant:
                 rows.append(run_variant(job, variant, variant_overrides(variant, recipe), recipe, records, tokenizer,
                                         args, device, flops, peak))
                 continue
@@ -356,6 +359,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
                                   args, device, flops, peak)
                 fits = not row.note and (row.peak_gib is None or limit is None or row.peak_gib <= limit)
                 if fits or batch == min(args.batches):
+                    if not fits and not row.note:
+                        row.note = f"peak over --memory_limit_gib {limit:g}"
                     rows.append(row)
                     break
                 print(f"{job} no_checkpointing batch {batch}: does not fit ({row.note or f'{row.peak_gib:.1f} GiB'})",

@@ -70,8 +70,9 @@ class RowSampler(LogitsProcessor):
     def masked_logprobs(self, raw_logits: Sequence[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
         """(rows, steps) log-probabilities of ``tokens`` by ``engine.LOGPROB_DEFINITION``, from ``generate``'s raw
         per-step logits (``output_logits``) and the normalisers recorded here."""
-        return torch.stack([step.float().gather(1, tokens[:, k : k + 1]).squeeze(1).cpu() - self.log_normalisers[k]
-                            for k, step in enumerate(raw_logits)], dim=1)
+        # the logits are where the model ran (a GPU), the tokens and normalisers on the CPU: gather there, then move
+        return torch.stack([step.float().gather(1, tokens[:, k : k + 1].to(step.device)).squeeze(1).cpu()
+                            - self.log_normalisers[k] for k, step in enumerate(raw_logits)], dim=1)
 
 
 def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:

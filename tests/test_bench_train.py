@@ -16,7 +16,9 @@ def test_train_bench_prints_every_variant_with_counted_tokens(tiny_lm_dir: Path,
     bench = load_script("bench/train.py")
     sft, dpo = write_tiny_training_sets(tmp_path, records=6)
     out = tmp_path / "rows.json"
-    rows = bench.main(["--architecture", "tiny", "--tokenizer", str(tiny_lm_dir), "--train_file", str(sft),
+    variants = ["shipped", "packing", "padding_free", "no_checkpointing"]
+    rows = bench.main(["--variants", *variants, "--architecture", "tiny", "--tokenizer", str(tiny_lm_dir),
+                       "--train_file", str(sft),
                        "--dpo_file", str(dpo), "--steps", "1", "--warmup", "1", "--batches", "4", "2",
                        "--batch", "2", "--accumulation", "2", "--max_length", "256", "--device", "cpu",
                        "--json", str(out)])
