@@ -1,4 +1,4 @@
-"""Where models run: the one ``--device`` option of every command that loads a model (docs/engines.md#devices).
+"""Where models run: the one ``--device`` option of every command that loads a model (docs/training.md#devices).
 
 ``auto`` is the GPU when torch sees one, else the CPU; ``cpu``, ``cuda`` and ``cuda:N`` say it outright. The
 generator engine, the NLI verifier (torch backend on a GPU: ONNX Runtime stays a CPU backend), the cross-encoder

@@ -824,3 +824,20 @@ def test_label_offsets_pair_each_calib_prediction_with_its_own_label(tiny_encode
     args = nli.NLIDataArgs(eval_sources=["vitaminc"], max_length=64)
     record = nli.fold_label_offsets(LengthOrderTrainer(), AutoTokenizer.from_pretrained(init), args)
     assert record["calib_objective"] == [1.0, 1.0] and not any(record["offsets"].values())
+
+
+# Peaks bench/train.py measured on an H200 (bf16 Llama-3.1-8B shape, LoRA r=16 on the 7 projections, the shipped
+# training sets): (job, tokens in one micro-batch, gradient checkpointing, lora_dropout, peak allocated GiB).
+H200_PEAKS = [("sft", 1875, True, 0.05, 17.2), ("sft packed", 7713, True, 0.05, 21.1),
+              ("sft", 4211, False, 0.05, 54.3), ("dpo", 1737, True, 0.0, 16.8), ("dpo", 8432, False, 0.0, 82.7)]
+
+
+@pytest.mark.parametrize(("job", "tokens", "checkpointing", "dropout", "peak"), H200_PEAKS)
+def test_dry_run_memory_agrees_with_the_peaks_measured_on_a_gpu(job: str, tokens: int, checkpointing: bool,
+                                                                 dropout: float, peak: float) -> None:
+    from veracity.train.memory import GIB, activation_bytes, load_architecture
+
+    config = load_architecture("llama31_8b")
+    fixed = (8_072_204_288 - 41_943_040) * 2 / GIB + 41_943_040 * (2 * 2 + 12) / GIB  # weights, LoRA + grads, AdamW
+    estimate = fixed + activation_bytes(config, 1, tokens, checkpointing, 2, "all-linear", dropout) / GIB
+    assert estimate == pytest.approx(peak, rel=0.12), (job, estimate)

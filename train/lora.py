@@ -71,13 +71,18 @@ def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
 
 def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, half: bool) -> Any:
     architecture = script.architecture or model_args.model_name_or_path
-    batch = training_args.per_device_train_batch_size
+    # DPO runs a preference pair's chosen and rejected answers as two rows of one batch
+    batch = training_args.per_device_train_batch_size * (2 if type(training_args).__name__ == "DPOConfig" else 1)
     estimate = dry_run(architecture, model_args.lora_target_modules or "all-linear", model_args.lora_r,
                        model_args.lora_alpha, batch, training_args.max_length or 1024,
-                       bool(training_args.gradient_checkpointing), dtype_bytes=2 if half else 4)
+                       bool(training_args.gradient_checkpointing), dtype_bytes=2 if half else 4,
+                       lora_dropout=model_args.lora_dropout)
     print(f"dry run: {architecture}, LoRA r={model_args.lora_r} on {model_args.lora_target_modules}, "
-          f"batch {batch} x {training_args.max_length} tokens, gradient checkpointing "
+          f"batch {batch} rows x {training_args.max_length} tokens, gradient checkpointing "
           f"{bool(training_args.gradient_checkpointing)}")
+    print("counts: weights in the recipe's dtype, the adapters and their gradients, AdamW's fp32 states, and the "
+          "activations of one micro-batch with every row max_length tokens long (packed rows are; padded batches of "
+          "shorter records use less) and fp32 logits; not the CUDA context or allocator slack (≈ 1-3 GiB)")
     print(estimate.peft_line())
     print(estimate.table())
     return estimate

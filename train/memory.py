@@ -6,8 +6,11 @@ folder's ``config.json``. The estimate (per GPU, no sharding) adds:
 - adapters + their gradients: trainable parameters, in the training dtype;
 - optimizer: AdamW keeps an fp32 master copy and two fp32 moments per trainable parameter (12 bytes);
 - activations: with gradient checkpointing, one hidden state per layer plus one layer's full activations;
-  without, every layer's (≈ 34·b·s·h bytes per layer in 16-bit, Korthikanti et al. 2022, flash attention
-  assumed so the s² attention term is absent); plus the fp32 logits (b·s·vocab·4).
+  without, every layer's (:func:`token_layer_bytes`: what a Llama decoder layer with frozen weights and LoRA
+  adapters keeps for the backward pass, SDPA/flash attention so no s² term); plus the fp32 logits (b·s·vocab·4).
+  Every row counts as ``max_length`` tokens (packed rows are; padded batches of shorter records use less).
+  Checked against peaks measured on an H200 with bench/train.py (docs/training.md#gpu-memory-and-speed).
+Not counted: the CUDA context and allocator slack (≈ 1–3 GiB), the loss's temporary copies of the logits.
 """
 
 from __future__ import annotations
@@ -70,12 +73,40 @@ def llama_linear_shapes(config: object) -> dict[str, tuple[int, int]]:
             "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
 
 
-def activation_bytes(config: object, batch: int, seq: int, checkpointing: bool, bytes_per: int = 2) -> int:
+def token_layer_bytes(config: object, targets: list[str] | str, lora_dropout: float, bytes_per: int = 2) -> int:
+    """Bytes one token keeps in one decoder layer for the backward pass, base weights frozen, LoRA on ``targets``.
+
+    The frozen projections keep nothing for their own matmuls (no weight gradient); what is kept: q, k, v and the
+    attention output; each RMSNorm's float32 input and normalised copy and its output; the gated MLP's gate, up and
+    activation outputs; and each adapter's input — one copy per distinct input without dropout, one per adapter
+    plus its 1-byte mask with dropout. Measured on an H200 (Llama-3.1-8B shape, bf16): within ≈ 5% of the peaks
+    bench/train.py records without checkpointing (docs/training.md#gpu-memory-and-speed)."""
+    shapes = llama_linear_shapes(config)
+    h, i = config.hidden_size, config.intermediate_size  # type: ignore[attr-defined]
+    q, kv = shapes["q_proj"][1], shapes["k_proj"][1]
+    chosen = set(shapes) if targets == "all-linear" else set(targets)
+    attention = bytes_per * (q + 2 * kv) + bytes_per * q
+    norms = 2 * (4 * h + 4 * h + bytes_per * h)
+    mlp = 3 * bytes_per * i
+    if lora_dropout > 0:
+        lora = sum((bytes_per + 1) * fan_in for name, (fan_in, _) in shapes.items() if name in chosen)
+    else:  # q, k, v share the attention input, gate and up the MLP input
+        inputs = {"q_proj": "attn", "k_proj": "attn", "v_proj": "attn", "o_proj": "o", "gate_proj": "mlp",
+                  "up_proj": "mlp", "down_proj": "down"}
+        distinct = {inputs[name]: shapes[name][0] for name in chosen if name in inputs}
+        lora = bytes_per * sum(distinct.values())
+    return attention + norms + mlp + lora
+
+
+def activation_bytes(config: object, batch: int, seq: int, checkpointing: bool, bytes_per: int = 2,
+                     targets: list[str] | str = "all-linear", lora_dropout: float = 0.0) -> int:
+    """Activation memory of one micro-batch of ``batch`` rows of ``seq`` tokens (module docstring)."""
     h, layers = config.hidden_size, config.num_hidden_layers  # type: ignore[attr-defined]
-    per_layer_full = 34 * batch * seq * h * bytes_per // 2  # 34·b·s·h bytes at 16 bits
-    logits = batch * seq * config.vocab_size * 4  # type: ignore[attr-defined]
-    if checkpointing:
-        return layers * batch * seq * h * bytes_per + per_layer_full + logits
+    tokens = batch * seq
+    per_layer_full = tokens * token_layer_bytes(config, targets, lora_dropout, bytes_per)
+    logits = tokens * config.vocab_size * 4  # type: ignore[attr-defined]
+    if checkpointing:  # each layer's input, then one layer recomputed at a time
+        return layers * tokens * h * bytes_per + per_layer_full + logits
     return layers * per_layer_full + logits
 
 
@@ -96,7 +127,7 @@ def load_architecture(model: str | Path) -> object:
 
 
 def dry_run(architecture: str | Path, targets: list[str] | str, rank: int, alpha: int, batch: int, seq: int,
-            checkpointing: bool, dtype_bytes: int = 2) -> MemoryEstimate:
+            checkpointing: bool, dtype_bytes: int = 2, lora_dropout: float = 0.0) -> MemoryEstimate:
     """Build on the meta device, attach LoRA, count, estimate. Raises if LoRA matches no module."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -116,5 +147,5 @@ def dry_run(architecture: str | Path, targets: list[str] | str, rank: int, alpha
         weights_gib=(total - trainable) * dtype_bytes / GIB,
         adapters_gib=2 * trainable * dtype_bytes / GIB,
         optimizer_gib=12 * trainable / GIB,
-        activations_gib=activation_bytes(config, batch, seq, checkpointing) / GIB,
+        activations_gib=activation_bytes(config, batch, seq, checkpointing, dtype_bytes, targets, lora_dropout) / GIB,
     )
