@@ -195,10 +195,12 @@ def test_a_lone_surrogate_survives_every_file_of_infer_and_eval_r2vc(tiny_verifi
 
 
 def test_the_share_of_answers_in_the_trained_quote_format_by_hand() -> None:
-    from veracity.infer.pipelines.r2vc.prompt import grounded_rationale
+    from veracity.infer.pipelines.r2vc.prompt import grounded_rationale, keeps_quote_format
 
     def candidate(rationale: str, label: str | None = S, source: str = "generator") -> dict:
-        return {"from": source, "label": label, "rationale": rationale}
+        # the pipeline records whether an answer keeps the format; the scorer only counts (it reads records alone)
+        return {"from": source, "label": label, "rationale": rationale,
+                "quote_format": keeps_quote_format(rationale)}
 
     trained = grounded_rationale(S, 'The bridge is "long".', 1)
     claim = {**RECORDS[0], "candidates": [candidate(trained), candidate("It is long."),

@@ -65,9 +65,10 @@ def engine(tmp_path_factory: pytest.TempPathFactory):
     return TransformersEngine(str(build_tiny_llama(tmp_path_factory.mktemp("tiny_llama_4k"), max_positions=4096)))
 
 
-def pipeline_constraint(passages: int) -> dict:
-    """What the R2VC pipeline asks the engine for on a prompt of ``passages`` passages (its default config)."""
-    return answer_constraint(passages, R2VCConfig().rationale_max_chars, constrained=True, max_new_tokens=160)
+def pipeline_constraint(passages: int, engine) -> dict:
+    """What the R2VC pipeline asks ``engine`` for on a prompt of ``passages`` passages (its default config)."""
+    return answer_constraint(passages, R2VCConfig().rationale_max_chars, constrained=True, max_new_tokens=160,
+                             engine=engine)
 
 
 def test_every_shipped_training_target_is_accepted_by_the_pipelines_grammar(training_sets: Path, engine) -> None:
@@ -79,7 +80,7 @@ def test_every_shipped_training_target_is_accepted_by_the_pipelines_grammar(trai
 
     @cache
     def compiled(passages: int):
-        return engine.grammars.compiled("json_schema", pipeline_constraint(passages)["json_schema"])
+        return engine.grammars.compiled("json_schema", pipeline_constraint(passages, engine)["json_schema"])
 
     eos = engine.tokenizer.eos_token_id
     refused = []
@@ -127,7 +128,8 @@ def test_a_constrained_greedy_decode_pushed_along_a_target_writes_it(training_se
 
     handle = engine.model.register_forward_hook(push)
     try:
-        request = GenerationRequest.chat(row["prompt"], temperature=0.0, logprobs=True, **pipeline_constraint(3))
+        request = GenerationRequest.chat(row["prompt"], temperature=0.0, logprobs=True,
+                                         **pipeline_constraint(3, engine))
         (result,) = engine.generate([request])
     finally:
         handle.remove()

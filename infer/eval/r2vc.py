@@ -46,7 +46,6 @@ from veracity.infer.metrics import (
     risk_coverage,
     selective_metrics,
 )
-from veracity.infer.pipelines.r2vc.prompt import keeps_quote_format
 from veracity.infer.plots import reliability_diagram, risk_coverage_plot
 from veracity.io import write_json, write_jsonl, write_text
 
@@ -123,7 +122,7 @@ def evaluate(records: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]]
 def _quote_format_rate(records: Sequence[dict[str, Any]]) -> float | None:
     """Share of the parsed generator answers whose rationale keeps the trained quote format (None: none parsed)."""
     parsed = [c for r in records for c in r.get("candidates", []) if c.get("from") == "generator" and c.get("label")]
-    return sum(keeps_quote_format(c.get("rationale") or "") for c in parsed) / len(parsed) if parsed else None
+    return sum(bool(c.get("quote_format")) for c in parsed) / len(parsed) if parsed else None
 
 
 def _parse_failure_rate(records: Sequence[dict[str, Any]]) -> float:

@@ -46,7 +46,12 @@ from veracity.infer.pipelines.r2vc.items import (
     user_item,
     user_items,
 )
-from veracity.infer.pipelines.r2vc.prompt import answer_constraint, parse_r2vc_answer, prompt_messages
+from veracity.infer.pipelines.r2vc.prompt import (
+    answer_constraint,
+    keeps_quote_format,
+    parse_r2vc_answer,
+    prompt_messages,
+)
 from veracity.infer.pipelines.r2vc.report import FLAGS as REPORT_FLAGS
 from veracity.infer.pipelines.r2vc.report import report_item
 from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
@@ -108,7 +113,9 @@ def parse_candidates(result: GenerationResult | None, n_passages: int) -> list[d
         out.append({"from": "generator", "text": candidate.text, "finish_reason": candidate.finish_reason,
                     "mean_logprob": usable_logprob(candidate.mean_logprob), "parse_error": error,
                     "label": answer.label if answer else None, "rationale": answer.rationale if answer else "",
-                    "evidence_ids": list(answer.evidence_ids) if answer else []})
+                    "evidence_ids": list(answer.evidence_ids) if answer else [],
+                    # the trained answer format kept (cite, quote, conclude): eval r2vc's quote_format_rate
+                    "quote_format": keeps_quote_format(answer.rationale) if answer else False})
     return out
 
 
