@@ -56,8 +56,10 @@ details.more > summary { display: inline; color: #0969da; font-size: .9em; margi
 .item[open] > summary { background: #ddf4ff; }
 .item .id { font-family: ui-monospace, monospace; font-size: .9em; }
 .item > summary > span.id { white-space: normal; overflow-wrap: anywhere; }  /* the whole id: ids differ at the end */
+.item > summary > span.flags { white-space: normal; }
 .body { padding: .3em 1em 1em 1.2em; border-left: 3px solid #54aeff; margin: .2em 0 1em 1.2em; }
-.flag { border-radius: 3px; padding: 0 .4em; font-size: .8em; margin-right: .3em; font-weight: 600; }
+.flag { border-radius: 3px; padding: 0 .4em; font-size: .8em; margin-right: .3em; font-weight: 600;
+        display: inline-block; white-space: nowrap; }
 .flag.wrong { background: #ffebe9; color: #a40e26; }
 .flag.abstained { background: #fff8c5; color: #7d4e00; }
 .flag.error { background: #fbefff; color: #6639ba; }

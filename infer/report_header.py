@@ -82,7 +82,8 @@ def glossary_html(names: Sequence[str]) -> Html:
     if not seen:
         return Html("")
     rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in seen.items())
-    return Html(f'<details class="glossary" open><summary>What the metrics mean</summary><dl>{rows}</dl></details>')
+    return Html('<details class="glossary"><summary>What the metrics mean (each name\'s tooltip says it too)'
+                f"</summary><dl>{rows}</dl></details>")
 
 
 def confusion_html(matrix: Mapping[str, Mapping[str, Any]]) -> Html:

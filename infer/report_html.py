@@ -54,6 +54,9 @@ DEFAULT_FLAG_MEANINGS = {"wrong": "the prediction differs from the gold label",
                          "abstained": "the pipeline declined to answer", "error": "the item failed (error record)"}
 # How a filter is named on the page when its flag is not one word (a flag is also a CSS class: no spaces).
 FLAG_NAMES = {"abstained-right": "abstained, label right", "answered-wrong": "answered, wrong"}
+# A row's badge of such a flag, short (beside "abstained" or "wrong"); "" for none: "answered, wrong" is a "wrong"
+# badge without "abstained".
+FLAG_BADGES = {"abstained-right": "label right", "answered-wrong": ""}
 DETAIL_LIMIT = 2000  # items whose opened view the page carries (flagged ones first)
 CELL_CHARS = 160  # characters of a summary cell (the opened view has the whole text)
 
@@ -199,7 +202,8 @@ def items_html(rendered: Sequence[tuple[str, ReportItem]], detail_limit: int,
             cell = fmt(value, 3) if number else ("" if value is None else shown(str(value)))
             sort_value = f' data-v="{value}"' if number else ""
             cells.append(f'<span{sort_value} title="{esc(cell[:500])}">{esc(cell[:CELL_CHARS])}</span>')
-        badges = "".join(f'<b class="flag {esc(f)}">{esc(FLAG_NAMES.get(f, f))}</b>' for f in flags.split())
+        badges = "".join(f'<b class="flag {esc(f)}">{esc(FLAG_BADGES.get(f, f))}</b>' for f in flags.split()
+                         if FLAG_BADGES.get(f, f))
         cells.append(f'<span class="flags">{badges}</span>')
         body = item.body if k in detailed_set else (
             f'<p class="note">details left out: this page opens the first {detail_limit:,} items (flagged ones '
@@ -231,8 +235,10 @@ def render_report(pipeline_name: str, records: Sequence[Mapping[str, Any]], metr
     head = "".join(f'<button type="button" data-k="{k}">{esc(c)}</button>'
                    for k, c in enumerate(["#", "id", *columns, "flags"]))
     head_rows = rendered[:200]
-    grid = " ".join(["3em", column_width([i for i, _ in head_rows], "id").replace("1fr", "2fr"),
-                     *(column_width([item.cells.get(c, "") for _, item in head_rows], c) for c in columns), "11em"])
+    id_width = column_width([i for i, _ in head_rows], "id")  # a long id wraps in a column of its own size
+    grid = " ".join(["3em", id_width.replace("4fr", "1.5fr").replace("1fr", "2fr"),
+                     *(column_width([item.cells.get(c, "") for _, item in head_rows], c) for c in columns),
+                     "14em"])
     heading = title or f"{pipeline_name} run"
     return "".join([
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
