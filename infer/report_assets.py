@@ -1,6 +1,7 @@
 """The style sheet and the one inline script of ``report.html`` (``infer/report_html.py``).
 
-The filters need no script: each is a radio button, and the style sheet hides the rows without its flag. The
+The filters need no script: each is a radio button, and the style sheet hides the rows without its flag (those
+rules are made per page, for the pipeline's flags: ``report_html.filter_css``). The
 script sorts the rows by a column (numbers by value), hides the rows a search does not match, and follows a link's
 ``#item=<id>`` (that row opened), ``#filter=<flag>`` and ``#fold=plots,run`` (sections folded), joined by ``&``.
 """
@@ -40,11 +41,6 @@ details.more > summary { display: inline; color: #0969da; font-size: .9em; margi
 .filters label { border: 1px solid #afb8c1; border-radius: 1em; padding: .1em .8em; cursor: pointer; }
 .filters input[type=search] { margin-left: 1em; padding: .2em .5em; min-width: 18em; border: 1px solid #afb8c1;
                               border-radius: 4px; }
-#f-all:checked ~ .sticky label[for=f-all], #f-wrong:checked ~ .sticky label[for=f-wrong],
-#f-abstained:checked ~ .sticky label[for=f-abstained], #f-error:checked ~ .sticky label[for=f-error] {
-  background: #24292f; color: #fff; border-color: #24292f; }
-#f-wrong:checked ~ #items .item:not(.wrong), #f-abstained:checked ~ #items .item:not(.abstained),
-#f-error:checked ~ #items .item:not(.error) { display: none; }
 .grid { display: grid; gap: .8em; align-items: baseline; }
 .sticky { position: sticky; top: 0; background: #fff; z-index: 1; padding-top: .2em; }
 .head { border-bottom: 2px solid #d0d7de; padding: .2em .4em; }
@@ -59,11 +55,29 @@ details.more > summary { display: inline; color: #0969da; font-size: .9em; margi
 .item > summary:hover { background: #f6f8fa; }
 .item[open] > summary { background: #ddf4ff; }
 .item .id { font-family: ui-monospace, monospace; font-size: .9em; }
+.item > summary > span.id { white-space: normal; overflow-wrap: anywhere; }  /* the whole id: ids differ at the end */
+.item > summary > span.flags { white-space: normal; }
 .body { padding: .3em 1em 1em 1.2em; border-left: 3px solid #54aeff; margin: .2em 0 1em 1.2em; }
-.flag { border-radius: 3px; padding: 0 .4em; font-size: .8em; margin-right: .3em; font-weight: 600; }
+.flag { border-radius: 3px; padding: 0 .4em; font-size: .8em; margin-right: .3em; font-weight: 600;
+        display: inline-block; white-space: nowrap; }
 .flag.wrong { background: #ffebe9; color: #a40e26; }
 .flag.abstained { background: #fff8c5; color: #7d4e00; }
 .flag.error { background: #fbefff; color: #6639ba; }
+.flag.abstained-right { background: #dafbe1; color: #116329; }
+.flag.answered-wrong { background: #ffd8d3; color: #82071e; }
+table.header { margin: .5em 0 .2em; }
+table.header th { width: 10em; }
+table.header code { font-size: .92em; overflow-wrap: anywhere; }
+.glossary { margin: .6em 0; max-width: 1100px; }
+.glossary > summary { color: #24415f; font-weight: 600; }
+.glossary dl { display: grid; grid-template-columns: max-content 1fr; gap: .1em 1em; margin: .3em 0; }
+.glossary dt { font-weight: 600; }
+.glossary dd { margin: 0; color: #444; }
+.metrics span[title] { text-decoration: underline dotted #8c959f; cursor: help; }
+table.confusion th.axis { background: #eaeef2; text-align: center; color: #24415f; }
+table.confusion th.vertical { writing-mode: vertical-rl; transform: rotate(180deg); }
+table.confusion td.diag { background: #dafbe1; font-weight: 600; }
+.prompt .role { font-weight: 600; color: #24415f; margin-top: .4em; }
 .row { display: flex; flex-wrap: wrap; gap: 0 2.5em; align-items: flex-start; }
 tr.chosen td { background: #dafbe1; }
 tr.gold td, .gold { color: #116329; font-weight: 600; }

@@ -18,109 +18,53 @@ the first ``detail_limit`` items (flagged ones first) carry their opened view.
 from __future__ import annotations
 
 import base64
-import html
 import json
 import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from veracity.infer.report_assets import CSS, SCRIPT
+from veracity.infer.report_header import confusion_html, glossary_html, header_html, metric_definition
+from veracity.infer.report_text import (  # noqa: F401 - the views import them from here
+    TEXT_LIMIT,
+    Html,
+    esc,
+    fmt,
+    json_view,
+    judged,
+    kv,
+    link,
+    section,
+    shown,
+    table,
+    text,
+)
 from veracity.io import atomic_writer
 
 logger = logging.getLogger(__name__)
 
-FLAGS = ("wrong", "abstained", "error")
+FLAGS = ("wrong", "abstained", "error")  # every page's filters; a pipeline's report_flags may add more
 DEFAULT_FLAG_MEANINGS = {"wrong": "the prediction differs from the gold label",
                          "abstained": "the pipeline declined to answer", "error": "the item failed (error record)"}
-TEXT_LIMIT = 600  # characters of a text shown before "show more"
+# How a filter is named on the page when its flag is not one word (a flag is also a CSS class: no spaces).
+FLAG_NAMES = {"abstained-right": "abstained, label right", "answered-wrong": "answered, wrong"}
+# A row's badge of such a flag, short (beside "abstained" or "wrong"); "" for none: "answered, wrong" is a "wrong"
+# badge without "abstained".
+FLAG_BADGES = {"abstained-right": "label right", "answered-wrong": ""}
 DETAIL_LIMIT = 2000  # items whose opened view the page carries (flagged ones first)
 CELL_CHARS = 160  # characters of a summary cell (the opened view has the whole text)
-
-
-class Html(str):
-    """A string that is already HTML (made by this module's helpers): :func:`esc` passes it through."""
-
-
-def esc(value: Any) -> Html:
-    """``value`` as HTML text: escaped (quotes too, so it is safe in attributes); None is empty; Html as is."""
-    if isinstance(value, Html):
-        return value
-    return Html("" if value is None else html.escape(value if isinstance(value, str) else fmt(value), quote=True))
-
-
-def fmt(value: Any, digits: int = 4) -> str:
-    """A value for a table cell: floats to ``digits`` decimals, lists and dicts as compact JSON, None as "–"."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:.1f}" if abs(value) >= 1000 else f"{value:.{digits}f}"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
-
-
-def text(value: Any, limit: int = TEXT_LIMIT) -> Html:
-    """A long text escaped, its first ``limit`` characters shown and the rest behind "show more" (not repeated)."""
-    value = "" if value is None else str(value)
-    if len(value) <= limit:
-        return Html(f'<span class="t">{esc(value)}</span>')
-    return Html(f'<span class="t">{esc(value[:limit])}</span><details class="more"><summary>show more '
-                f'({len(value) - limit:,} characters)</summary><span class="t">{esc(value[limit:])}</span></details>')
-
-
-def table(header: Sequence[Any], rows: Iterable[Sequence[Any]], row_classes: Sequence[str] | None = None) -> Html:
-    """A table; cells are escaped unless Html, numbers right-aligned."""
-    parts = ["<table><tr>", *(f"<th>{esc(h)}</th>" for h in header), "</tr>"]
-    for k, row in enumerate(rows):
-        css = row_classes[k] if row_classes and row_classes[k] else ""
-        parts.append(f'<tr class="{esc(css)}">' if css else "<tr>")
-        parts += [f'<td class="n">{esc(c)}</td>' if isinstance(c, (int, float)) and not isinstance(c, bool)
-                  else f"<td>{esc(c)}</td>" for c in row]
-        parts.append("</tr>")
-    return Html("".join(parts) + "</table>")
-
-
-def kv(pairs: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Html:
-    """A two-column table of names and values (values escaped unless Html)."""
-    items = pairs.items() if isinstance(pairs, Mapping) else pairs
-    return Html('<table class="kv">' + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in items)
-                + "</table>")
-
-
-def section(title: str, body: str) -> Html:
-    return Html(f"<h4>{esc(title)}</h4>{body}")
-
-
-def link(url: Any) -> Html:
-    """A URL as a link when it is http(s), else as text (a record's URL is untrusted)."""
-    url = "" if url is None else str(url)
-    if url.startswith(("http://", "https://")):
-        return Html(f'<a href="{esc(url)}" rel="noreferrer noopener">{esc(url)}</a>')
-    return esc(url)
-
-
-def judged(prediction: Any, gold: Any) -> Html:
-    """A prediction followed by "right" or "wrong" against ``gold`` (nothing without gold)."""
-    mark = "" if not gold else (' <span class="ok">right</span>' if prediction == gold else
-                                ' <span class="bad">wrong</span>')
-    return Html(f"{esc(prediction)}{mark}")
-
-
-def json_view(value: Any, limit: int = 4000) -> Html:
-    return Html(f"<pre>{text(json.dumps(value, indent=1, ensure_ascii=False, default=str), limit)}</pre>")
 
 
 @dataclass
 class ReportItem:
     """One item of the page: its summary cells (a short value each, in column order), its opened view (Html made
-    with this module's helpers) and its flags (a subset of :data:`FLAGS`)."""
+    with this module's helpers) and its flags (of :data:`FLAGS` and the pipeline's ``report_flags``)."""
 
     cells: dict[str, Any]
     body: str
@@ -161,14 +105,18 @@ def is_matrix(value: Any) -> bool:
 
 
 def metrics_html(metrics: Mapping[str, Any] | None) -> Html:
-    """The metrics: scalars (nested ones flattened) in one table, each mapping of mappings as its own table."""
+    """The metrics: scalars (nested ones flattened) in one table, each name with its definition as a tooltip; each
+    mapping of mappings as its own table (the confusion matrix with its gold and predicted axes); then a glossary of
+    the metrics reported."""
     if not metrics:
         return Html('<p class="note">not scored: this run wrote no metrics</p>')
     plain = [pair for k, v in metrics.items() if not is_matrix(v) for pair in flatten(v, k)]
-    parts = ['<div class="metrics">', *(f'<div><span>{esc(k)}</span><b>{esc(fmt(v))}</b></div>' for k, v in plain),
-             '</div><div class="metrics-tables">']
+    parts = ['<div class="metrics">', *(f'<div><span{defined(k)}>{esc(k)}</span><b>{esc(fmt(v))}</b></div>'
+                                        for k, v in plain), '</div><div class="metrics-tables">']
     for name, matrix in metrics.items():
-        if is_matrix(matrix):
+        if is_matrix(matrix) and name == "confusion":
+            parts.append(f"<div>{section('confusion matrix', confusion_html(matrix))}</div>")
+        elif is_matrix(matrix):
             rows = {str(k): dict(flatten(v)) for k, v in matrix.items()}
             columns = list(dict.fromkeys(c for row in rows.values() for c in row))
             if len(columns) > max(len(rows), 6):  # by_source: a metric per row, a source per column
@@ -179,17 +127,22 @@ def metrics_html(metrics: Mapping[str, Any] | None) -> Html:
                              "</div>")
             else:
                 parts.append(f"<div>{section(name, grid)}</div>")
-    return Html("".join(parts) + "</div>")
+    return Html("".join(parts) + "</div>" + glossary_html([k for k, _ in plain]))
+
+
+def defined(name: str) -> str:
+    """A metric name's definition as its ``title`` attribute ('' when the page does not know the name)."""
+    definition = metric_definition(name)
+    return f' title="{esc(definition)}"' if definition else ""
 
 
 def run_html(run_config: Mapping[str, Any] | None, summary: Mapping[str, Any] | None,
              config_names: Sequence[str] = ()) -> Html:
-    """Models and decoding shown; configs, versions and the run summary behind one click each."""
+    """Each config, the versions, the environment and the run summary behind one click each (the header above the
+    metrics says what ran: :func:`~veracity.infer.report_header.header_html`)."""
     if not run_config:
         return Html('<p class="note">no run_config.yaml</p>')
-    parts = [kv([("job", run_config.get("job")), ("git revision", run_config.get("git_revision")),
-                 *((f"model: {k}", v) for k, v in (run_config.get("models") or {}).items()),
-                 *((f"decoding: {k}", v) for k, v in (run_config.get("decoding") or {}).items())])]
+    parts = []
     configs = run_config.get("config")
     configs = configs if isinstance(configs, list) else [configs]
     for k, config in enumerate(configs):
@@ -232,29 +185,31 @@ def render_items(records: Sequence[Mapping[str, Any]], view: Callable[[dict[str,
     return out
 
 
-def items_html(rendered: Sequence[tuple[str, ReportItem]], detail_limit: int) -> tuple[Html, list[str]]:
-    """The item rows and the columns of their summary."""
+def items_html(rendered: Sequence[tuple[str, ReportItem]], detail_limit: int,
+               flags_shown: Sequence[str] = FLAGS) -> tuple[Html, list[str]]:
+    """The item rows and the columns of their summary (the id in full: it wraps rather than being cut)."""
     columns = list(dict.fromkeys(c for _, item in rendered for c in item.cells))
     detailed = sorted(range(len(rendered)), key=lambda k: not rendered[k][1].flags)[:detail_limit]
     detailed_set = set(detailed)
     parts = []
     for k, (item_id, item) in enumerate(rendered):
-        flags = " ".join(f for f in FLAGS if f in item.flags)
+        flags = " ".join(f for f in flags_shown if f in item.flags)
         cells = [f'<span data-v="{k}">{k + 1}</span>',
                  f'<span class="id" title="{esc(item_id)}">{esc(item_id)}</span>']
         for c in columns:
             value = item.cells.get(c)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            shown = fmt(value, 3) if number else ("" if value is None else str(value))
+            cell = fmt(value, 3) if number else ("" if value is None else shown(str(value)))
             sort_value = f' data-v="{value}"' if number else ""
-            cells.append(f'<span{sort_value} title="{esc(shown[:500])}">{esc(shown[:CELL_CHARS])}</span>')
-        badges = "".join(f'<b class="flag {f}">{f}</b>' for f in flags.split())
+            cells.append(f'<span{sort_value} title="{esc(cell[:500])}">{esc(cell[:CELL_CHARS])}</span>')
+        badges = "".join(f'<b class="flag {esc(f)}">{esc(FLAG_BADGES.get(f, f))}</b>' for f in flags.split()
+                         if FLAG_BADGES.get(f, f))
         cells.append(f'<span class="flags">{badges}</span>')
         body = item.body if k in detailed_set else (
             f'<p class="note">details left out: this page opens the first {detail_limit:,} items (flagged ones '
             "first); the record is in the run's records file</p>")
-        parts.append(f'<details class="item {flags}" data-id="{esc(item_id)}"><summary class="grid">{"".join(cells)}'
-                     f'</summary><div class="body">{body}</div></details>')
+        parts.append(f'<details class="item {esc(flags)}" data-id="{esc(item_id)}"><summary class="grid">'
+                     f'{"".join(cells)}</summary><div class="body">{body}</div></details>')
     return Html("".join(parts)), columns
 
 
@@ -263,39 +218,52 @@ def render_report(pipeline_name: str, records: Sequence[Mapping[str, Any]], metr
                   summary: Mapping[str, Any] | None = None,
                   view: Callable[[dict[str, Any]], ReportItem] = generic_item,
                   flag_meanings: Mapping[str, str] | None = None, config_names: Sequence[str] = (),
-                  title: str = "", detail_limit: int = DETAIL_LIMIT) -> str:
-    """The whole page as a string (pure: no file is read)."""
-    rendered = render_items(records, view)
-    rows, columns = items_html(rendered, detail_limit)
+                  title: str = "", detail_limit: int = DETAIL_LIMIT, written: str | None = None) -> str:
+    """The whole page as a string (pure: no file is read). ``written``: when run_config.yaml was written (the
+    header's date for a run record from before the start time was kept)."""
     meanings = {**DEFAULT_FLAG_MEANINGS, **(flag_meanings or {})}
-    counts = {f: sum(f in item.flags for _, item in rendered) for f in FLAGS}
-    radios = "".join(f'<input type="radio" name="filter" id="f-{f}"{" checked" if f == "all" else ""}>'
-                     for f in ("all", *FLAGS))
+    flags = [*FLAGS, *(f for f in meanings if f not in FLAGS)]
+    rendered = render_items(records, view)
+    rows, columns = items_html(rendered, detail_limit, flags)
+    counts = {f: sum(f in item.flags for _, item in rendered) for f in flags}
+    radios = "".join(f'<input type="radio" name="filter" id="f-{esc(f)}"{" checked" if f == "all" else ""}>'
+                     for f in ("all", *flags))
     labels = f'<label for="f-all">all ({len(rendered):,})</label>' + "".join(
-        f'<label for="f-{f}" title="{esc(meanings[f])}">{f} ({counts[f]:,})</label>' for f in FLAGS)
-    legend = "; ".join(f"<b>{f}</b>: {esc(meanings[f])}" for f in FLAGS)
+        f'<label for="f-{esc(f)}" title="{esc(meanings[f])}">{esc(FLAG_NAMES.get(f, f))} ({counts[f]:,})</label>'
+        for f in flags)
+    legend = "; ".join(f"<b>{esc(FLAG_NAMES.get(f, f))}</b>: {esc(meanings[f])}" for f in flags)
     head = "".join(f'<button type="button" data-k="{k}">{esc(c)}</button>'
                    for k, c in enumerate(["#", "id", *columns, "flags"]))
     head_rows = rendered[:200]
-    grid = " ".join(["3em", column_width([i for i, _ in head_rows], "id").replace("1fr", "2fr"),
-                     *(column_width([item.cells.get(c, "") for _, item in head_rows], c) for c in columns), "11em"])
+    id_width = column_width([i for i, _ in head_rows], "id")  # a long id wraps in a column of its own size
+    grid = " ".join(["3em", id_width.replace("4fr", "1.5fr").replace("1fr", "2fr"),
+                     *(column_width([item.cells.get(c, "") for _, item in head_rows], c) for c in columns),
+                     "14em"])
     heading = title or f"{pipeline_name} run"
     return "".join([
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{esc(heading)} — report</title>",
-        f"<style>{CSS}.grid{{grid-template-columns:{grid}}}</style></head><body>",
+        f"<style>{CSS}{filter_css(flags)}.grid{{grid-template-columns:{grid}}}</style></head><body>",
         f"<h1>{esc(heading)}</h1>",
         f'<p class="note">pipeline <b>{esc(pipeline_name)}</b> · {len(rendered):,} items · '
-        f'wrong {counts["wrong"]:,} · abstained {counts["abstained"]:,} · error {counts["error"]:,}</p>',
+        + " · ".join(f"{esc(FLAG_NAMES.get(f, f))} {counts[f]:,}" for f in flags) + "</p>",
+        header_html(run_config, written),
         part("metrics", "Metrics", metrics_html(metrics)), part("plots", "Plots", plots_html(plots or {})),
-        part("run", "Run: config and models", run_html(run_config, summary, config_names)),
+        part("run", "Run: every setting, versions and summary", run_html(run_config, summary, config_names)),
         f'<h2 id="items-title">Items</h2><p class="note">Click a row to open it, a column name to sort. {legend}.</p>',
         f'<section class="items-section">{radios}<div class="sticky"><div class="filters" id="filters">{labels}',
         '<input id="search" type="search" placeholder="search (id, text)"></div>',
         f'<div class="grid head">{head}</div></div><div id="items">{rows}</div></section>',
         f"<script>{SCRIPT}</script></body></html>\n",
     ])
+
+
+def filter_css(flags: Sequence[str]) -> str:
+    """The filters without a script: the checked radio button's label dark, the rows without its flag hidden."""
+    checked = ",".join(f"#f-{f}:checked ~ .sticky label[for=f-{f}]" for f in ("all", *flags))
+    hidden = ",".join(f"#f-{f}:checked ~ #items .item:not(.{f})" for f in flags)
+    return f"{checked}{{background:#24292f;color:#fff;border-color:#24292f}}{hidden}{{display:none}}"
 
 
 def part(anchor: str, title: str, body: str) -> Html:
@@ -328,6 +296,14 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except (OSError, ValueError) as error:
         logger.warning("report.html: %s unreadable (%s)", path, error)
+        return None
+
+
+def written_time(path: Path) -> str | None:
+    """When ``path`` was last written (UTC, to the second), or None when it is not there."""
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds")
+    except OSError:
         return None
 
 
@@ -367,7 +343,7 @@ def write_report_html(run_dir: str | Path, pipeline: Any, records: Sequence[Mapp
         run_plots(run_dir), run_summary(run_dir),
         view=cls.report_item if cls else generic_item, flag_meanings=cls.report_flags if cls else None,
         config_names=[t.__name__ for t in cls.config_types] if cls else (), title=f"{run_dir.name}",
-        detail_limit=detail_limit)
+        detail_limit=detail_limit, written=written_time(run_dir / "run_config.yaml"))
     path = run_dir / filename
     with atomic_writer(path) as handle:
         handle.write(page)

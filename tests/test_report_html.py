@@ -84,10 +84,11 @@ def results(run_dir: Path) -> list[dict]:
     return latest_records(run_dir / "records.jsonl")
 
 
-def assert_page_shape(page: Page, run_dir: Path) -> None:
-    """One row per record, in order; the four filters; the metrics, plots and run sections; one script, ours."""
+def assert_page_shape(page: Page, run_dir: Path, extra_filters: Sequence[str] = ()) -> None:
+    """One row per record, in order; the four filters (and the pipeline's own); the metrics, plots and run
+    sections; one script, ours."""
     assert [item_id for item_id, _ in page.items] == [r["id"] for r in results(run_dir)]
-    assert page.radios == ["f-all", "f-wrong", "f-abstained", "f-error"]
+    assert page.radios == ["f-all", "f-wrong", "f-abstained", "f-error", *(f"f-{f}" for f in extra_filters)]
     assert {"metrics", "plots", "run", "items", "search"} <= page.ids
     assert page.tags["script"] == 1
 
@@ -131,7 +132,7 @@ def test_r2vc_report_shows_each_claims_evidence_candidates_and_decision(
     main(["--claims", str(claims), "--nli_model", str(tiny_verifier), "--n_candidates", "2", "--cache", "",
           "--output_dir", str(out), "--progress", "false"])
     page = report_of(out, "r2vc")
-    assert_page_shape(page, out)
+    assert_page_shape(page, out, ["abstained-right", "answered-wrong"])
     records = [r["result"] for r in results(out)]
     assert page.flagged("wrong") == {r["id"] for r in records if r["gold"] and r["prediction"] != r["gold"]}
     assert page.flagged("abstained") == {r["id"] for r in records if r["abstained"]}

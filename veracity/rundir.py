@@ -7,6 +7,7 @@ import logging
 import os
 import platform
 import subprocess
+from datetime import UTC, datetime
 from enum import Enum
 from importlib import metadata
 from pathlib import Path
@@ -85,7 +86,8 @@ def to_plain(obj: Any) -> Any:
 def write_run_config(run_dir: str | Path, *configs: Any, job: str, models: dict[str, str] | None = None,
                      resumes: str | Path | None = None, decoding: dict[str, Any] | None = None,
                      device: str | None = None) -> Path:
-    """Create ``run_dir`` and write ``run_config.yaml`` (job, configs, models, versions, git revision) before work.
+    """Create ``run_dir`` and write ``run_config.yaml`` (job, start time in UTC, configs, models, versions, git
+    revision) before work.
 
     ``models`` names each model the records depend on by content (path + fingerprint). ``decoding`` says how the
     generator decoded (``Engine.decoding``: whether constraints were enforced, the log-prob definition).
@@ -103,6 +105,7 @@ def write_run_config(run_dir: str | Path, *configs: Any, job: str, models: dict[
         decoding = resumed_decoding(run_dir / "run_config.yaml", Path(resumes), decoding)
     record = {
         "job": job,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),  # when the run began (report.html)
         "config": config,
         **({"models": models} if models else {}),
         **({"decoding": decoding} if decoding else {}),
