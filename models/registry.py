@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from veracity.config import OneLineErrors
 from veracity.data_prep.errors import InputError
 from veracity.data_prep.schema import NLI_TO_TERNARY, to_nli
 from veracity.io import atomic_directory
@@ -292,7 +293,7 @@ def install_model(role: str, source: str | Path) -> Path:
 
 def make_parser() -> argparse.ArgumentParser:
     """The ``veracity models`` command line: ``list``, ``resolve``, ``install`` and ``export-onnx`` sub-commands."""
-    parser = argparse.ArgumentParser(prog="veracity models", description="List, resolve and install the models "
+    parser = OneLineErrors(prog="veracity models", description="List, resolve and install the models "
                                      "of each role. Without a sub-command: list.")
     commands = parser.add_subparsers(dest="command", metavar="{list,resolve,install,export-onnx,card}")
     commands.add_parser("list", help="every role with its real-scale and embedded defaults")
