@@ -100,7 +100,7 @@ def run_scorer(argv: Sequence[str]) -> dict[str, Any]:
     command, *rest = argv
     module = COMMANDS[command][0]
     if module in SUBCOMMANDS:
-        module, rest = SUBCOMMANDS[module][rest[0]], rest[1:]
+        module, rest = SUBCOMMANDS[module][rest[0]][0], rest[1:]
     return importlib.import_module(module).main(rest) or {}
 
 
