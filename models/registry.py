@@ -353,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
             return None
     except (ModelNotFoundError, KeyError, ValueError, FileNotFoundError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+        if isinstance(error, FileNotFoundError) and error.filename:  # not Python's "[Errno 2] No such file …"
+            message = f"{error.filename}: not found"
         raise InputError(" ".join(str(message).split())) from None
     print(folder)
     return folder

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from veracity.data_prep.errors import DataError
+from veracity.data_prep.errors import DataError, InputError
 from veracity.data_prep.readers import read_jsonl
 from veracity.infer.retrieval.analyzers import Analyzer
 from veracity.infer.retrieval.dense import (
@@ -56,8 +56,13 @@ FORMAT_VERSION = 2  # 2: embeddings in shards, texts stored; format 1 folders st
 READABLE_FORMATS = (1, 2)
 
 
-class IndexMismatchError(ValueError):
-    """The index was built from another corpus or with another model than the one given."""
+class IndexMismatchError(InputError):
+    """The index was built from another corpus or with another model than the one given (rebuild it)."""
+
+
+class IndexFileNotFoundError(InputError, FileNotFoundError):
+    """A folder without a complete index (no ``index_meta.json``), or the corpus it is checked against is not there:
+    a user's error (exit 2, one line), and still a FileNotFoundError to the jobs that then build the index."""
 
 
 @dataclass
@@ -258,7 +263,7 @@ def read_meta(folder: Path) -> dict[str, Any]:
     """``index_meta.json`` of an index folder (written last: a folder without it is no index)."""
     meta_path = folder / "index_meta.json"
     if not meta_path.exists():
-        raise FileNotFoundError(f"{folder} is not a complete index (no index_meta.json)")
+        raise IndexFileNotFoundError(f"{folder} is not a complete index (no index_meta.json)")
     return json.loads(meta_path.read_text())
 
 
@@ -291,7 +296,7 @@ def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: s
                 f"has {digest[:12]}…: rebuild the index (veracity index build) for this corpus"
             )
     elif corpus:
-        raise FileNotFoundError(f"corpus {corpus_path} not found")
+        raise IndexFileNotFoundError(f"corpus {corpus_path} not found")
     meta["corpus"]["path"] = str(corpus_path.resolve())
     doc_ids = json.loads((folder / "doc_ids.json").read_text())
     sparse = BM25Index.load(folder / "bm25", doc_ids) if meta["sparse"] else None
