@@ -298,16 +298,17 @@ def make_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="{list,resolve,install,export-onnx,card}")
     commands.add_parser("list", help="every role with its real-scale and embedded defaults")
     resolve = commands.add_parser("resolve", help="print the local folder a role resolves to")
-    resolve.add_argument("role", choices=sorted(ROLES))
+    resolve.add_argument("role", choices=sorted(ROLES), help="the role (`veracity models list` shows each)")
     resolve.add_argument("--name", default=None, help="a local path, hub id, 'embedded', 'real' or 'embedded:VARIANT'")
     resolve.add_argument("--scale", choices=(EMBEDDED, REAL), default=EMBEDDED,
                          help="which default to use without --name (default: embedded)")
     install = commands.add_parser("install", help="copy a model folder to the role's cache location (checked first)")
-    install.add_argument("role", choices=sorted(r for r, spec in ROLES.items() if spec.folder))
+    install.add_argument("role", choices=sorted(r for r, spec in ROLES.items() if spec.folder),
+                         help="the role the folder serves")
     install.add_argument("path", type=Path, help="the model folder to install")
     onnx = commands.add_parser("export-onnx", help="export a cross-encoder or a sentence encoder (fp32 + INT8 ONNX "
                                "graphs) for CPU inference through ONNX Runtime; cached by the weights' fingerprint")
-    onnx.add_argument("role", choices=("nli_verifier", "reranker", "embedder"))
+    onnx.add_argument("role", choices=("nli_verifier", "reranker", "embedder"), help="the role exported")
     onnx.add_argument("--name", default=None, help="a local path, 'embedded' or 'real' (default: embedded)")
     card = commands.add_parser("card", help="put measured sections (Markdown files) into a model folder's card")
     card.add_argument("folder", type=Path, help="the model folder (its README.md is the card)")

@@ -55,7 +55,7 @@ class AblationConfig:
     scorer: list[str] = field(default_factory=list, metadata={
         "help": "A veracity command scoring each row instead of the pipeline's scorer ({run_dir}, {option})."})
     only: list[str] = field(default_factory=list, metadata={"help": "Run only these rows (by name)."})
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
     def __post_init__(self) -> None:
         if self.pipeline not in PIPELINES:

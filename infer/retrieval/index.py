@@ -75,20 +75,23 @@ class IndexSettings:
     include_title: bool = field(default=True, metadata={"help": "Index 'title. text' rather than the text alone."})
     analyzer: str = field(default="default", metadata={"help": "BM25 analyzer: default or social."})
     stem: bool = field(default=False, metadata={"help": "Snowball-stem BM25 tokens."})
-    k1: float = BM25Params.k1
-    b: float = BM25Params.b
+    k1: float = field(default=BM25Params.k1, metadata={"help": "BM25 term-frequency saturation k1."})
+    b: float = field(default=BM25Params.b, metadata={"help": "BM25 document-length normalisation b."})
     embedder: str = field(default=EncoderSpec.model, metadata={
         "help": "Encoder: 'embedded', 'real', a path or hub id."})
-    query_prefix: str = EncoderSpec.query_prefix
-    doc_prefix: str = EncoderSpec.doc_prefix
-    max_length: int = EncoderSpec.max_length
-    encode_batch_size: int = EncoderSpec.batch_size
+    query_prefix: str = field(default=EncoderSpec.query_prefix, metadata={
+        "help": "Text put before each query for the encoder (e.g. 'query: ' for E5)."})
+    doc_prefix: str = field(default=EncoderSpec.doc_prefix, metadata={
+        "help": "Text put before each document for the encoder (e.g. 'passage: ' for E5)."})
+    max_length: int = field(default=EncoderSpec.max_length, metadata={"help": "Encoder input length, tokens."})
+    encode_batch_size: int = field(default=EncoderSpec.batch_size, metadata={"help": "Texts encoded per batch."})
     encoder_backend: str = field(default=EncoderSpec.backend, metadata={
         "help": "Encoder runtime on the CPU: torch, onnx (fp32 graph) or onnx_int8 (bench/encoder.py)."})
     faiss_kind: str = field(default=FaissParams.kind, metadata={"help": "flat (exact) or hnsw."})
-    hnsw_m: int = FaissParams.m
-    ef_construction: int = FaissParams.ef_construction
-    ef_search: int = FaissParams.ef_search
+    hnsw_m: int = field(default=FaissParams.m, metadata={"help": "HNSW: links per node (faiss_kind hnsw)."})
+    ef_construction: int = field(default=FaissParams.ef_construction, metadata={
+        "help": "HNSW: candidate list size while building."})
+    ef_search: int = field(default=FaissParams.ef_search, metadata={"help": "HNSW: candidate list size per query."})
     stream_batch: int = field(default=2048, metadata={"help": "Documents read and encoded per batch."})
     shard_size: int = field(default=65536, metadata={
         "help": "Document vectors per embeddings/ shard file (each shard is added to FAISS as it is written)."})
