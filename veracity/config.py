@@ -105,7 +105,7 @@ def make_parser(types: tuple[type, ...], prog: str) -> Any:
     options = parser._optionals._group_actions  # argparse's list: moved to sit first, after -h
     options.insert(1, options.pop())
     for action in parser._actions:  # HfArgumentParser adds --no_<flag> for a flag on by default, without help
-        if action.option_strings[0].startswith("--no_") and not action.help:
+        if action.option_strings[:1] and action.option_strings[0].startswith("--no_") and not action.help:
             action.help = f"turn --{action.dest} off"
     _library_options_apart(parser, types)
     # argparse's usage line names every option (70 lines for a training job), the list below does that already
