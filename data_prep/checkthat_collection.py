@@ -23,6 +23,7 @@ from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
 from veracity.data_prep.checkthat_files import read_collection
 from veracity.data_prep.errors import DataError
+from veracity.data_prep.readers import open_input
 from veracity.io import atomic_writer
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ def convert_pickle(pickle_path: str | Path, output: str | Path, trust_pickle: bo
                                            "when loaded; convert only the organisers' file)")
     import pandas as pd  # lazy: heavy to import (it comes with datasets), and only this opt-in conversion needs it
 
-    frame = pd.read_pickle(pickle_path)  # noqa: S301 - the explicit, documented opt-in above
+    with open_input(Path(pickle_path)) as handle:  # a missing or unreadable file: a one-line DataError
+        frame = pd.read_pickle(handle)  # noqa: S301 - the explicit, documented opt-in above
 
     def plain(value: object) -> object:
         if isinstance(value, float) and math.isnan(value):

@@ -21,14 +21,20 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from veracity.data_prep.errors import DataError
-from veracity.data_prep.readers import read_delimited, read_jsonl
+from veracity.data_prep.readers import open_input, read_delimited, read_jsonl
 from veracity.io import atomic_writer
+
+
+def text_input(path: Path) -> io.TextIOWrapper:
+    """A TSV/CSV file opened as text, its BOM dropped; a missing or unreadable file is a one-line DataError."""
+    return io.TextIOWrapper(open_input(path), encoding="utf-8-sig", newline="")
 
 KEY_FIELDS = ("cord_uid", "pubkey", "doc_id", "key", "id")
 TEXT_FIELDS = ("tweet_text", "text")
@@ -70,7 +76,7 @@ def _parse_id_list(path: str | Path, line: int, cell: str, name: str) -> list[st
 def read_posts(path: str | Path) -> list[Post]:
     """Posts of a TSV file (see the module docstring); empty texts and repeated post ids are errors."""
     path = Path(path)
-    with open(path, encoding="utf-8-sig", newline="") as handle:
+    with text_input(path) as handle:
         header = next(csv.reader(handle, delimiter="\t"), [])
     text_field = next((f for f in TEXT_FIELDS if f in header), None)
     if text_field is None:
@@ -107,7 +113,7 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
         return [(number, row) for number, row in enumerate(pq.read_table(path).to_pylist(), start=1)]
     if suffix in (".csv", ".tsv"):
-        with open(path, encoding="utf-8-sig", newline="") as handle:
+        with text_input(path) as handle:
             header = next(csv.reader(handle, delimiter="\t" if suffix == ".tsv" else ","), [])
         return list(read_delimited(path, "\t" if suffix == ".tsv" else ",", (next(
             (k for k in KEY_FIELDS if k in header), KEY_FIELDS[0]),)))
@@ -166,7 +172,7 @@ def read_submission(path: str | Path) -> dict[str, list[str]]:
     """post_id → ranked ids of a submission TSV (header ``post_id<TAB>preds`` optional)."""
     path = Path(path)
     out: dict[str, list[str]] = {}
-    with open(path, encoding="utf-8-sig", newline="") as handle:
+    with text_input(path) as handle:
         for line, raw in enumerate(handle, start=1):
             raw = raw.rstrip("\r\n")
             if not raw.strip() or (line == 1 and raw.split("\t")[0].strip() == "post_id"):

@@ -58,7 +58,8 @@ logger = logging.getLogger(__name__)
 class CheckpointEvalArgs:
     kind: str = field(default="generator", metadata={"help": "generator or nli."})
     prepared_dir: str = field(default="runs/prep", metadata={"help": "Output folder of veracity prep."})
-    sources: list[str] = field(default_factory=lambda: ["vitaminc", "fever_symmetric", "climate_fever_evidence"])
+    sources: list[str] = field(default_factory=lambda: ["vitaminc", "fever_symmetric", "climate_fever_evidence"],
+                               metadata={"help": "Prepared sources evaluated, each reported on its own."})
     split: str = field(default="dev", metadata={"help": "Hash split to evaluate on."})
     max_examples: int | None = field(default=None, metadata={"help": "Cap per source (quick runs)."})
     output_dir: str = field(default="runs/eval_checkpoint", metadata={"help": "Run directory."})
@@ -73,7 +74,7 @@ class CheckpointEvalArgs:
                 "stays the final check)."})
     rationale_max_chars: int = field(default=RATIONALE_MAX_CHARS, metadata={
         "help": "Longest rationale the answer schema allows."})
-    nli_batch_size: int = 32
+    nli_batch_size: int = field(default=32, metadata={"help": "Pairs per verifier batch (--kind nli)."})
 
     def __post_init__(self) -> None:
         if self.kind not in ("generator", "nli"):

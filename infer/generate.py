@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 class GenerateArgs:
     input: str = field(metadata={"help": "JSONL items with id and messages / prompt / template fields."})
     output_dir: str = field(metadata={"help": "Run directory."})
-    id_field: str = "id"
+    id_field: str = field(default="id", metadata={"help": "The field of an input item that is its id."})
     template: str | None = field(default=None, metadata={"help": "User message built with str.format(**item)."})
     system: str | None = field(default=None, metadata={"help": "System message added before templated items."})
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the items."})
@@ -70,7 +70,7 @@ class GenerateArgs:
     choice: list[str] | None = field(default=None, metadata={
         "help": "The answers allowed (one of these strings): constrained decoding, then checked."})
     retry_errors: bool = field(default=False, metadata={"help": "Re-run the items whose last record is an error."})
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
     def __post_init__(self) -> None:
         given = [name for name in ("json_schema", "regex", "choice") if getattr(self, name) is not None]

@@ -93,12 +93,14 @@ class SamplingOptions:
     """A job's sampling options (``--n --temperature --top_p --max_new_tokens --seed --stop``): the parser-facing
     face of :class:`SamplingParams`, whose defaults and checks it uses."""
 
-    n: int = SamplingParams.n
-    temperature: float = SamplingParams.temperature
-    top_p: float = SamplingParams.top_p
-    max_new_tokens: int = SamplingParams.max_new_tokens
-    seed: int | None = SamplingParams.seed
-    stop: list[str] = field(default_factory=list)
+    n: int = field(default=SamplingParams.n, metadata={"help": "Answers sampled per prompt."})
+    temperature: float = field(default=SamplingParams.temperature, metadata={
+        "help": "Sampling temperature (0: greedy)."})
+    top_p: float = field(default=SamplingParams.top_p, metadata={
+        "help": "Nucleus sampling: the probability mass kept."})
+    max_new_tokens: int = field(default=SamplingParams.max_new_tokens, metadata={"help": "New tokens per answer."})
+    seed: int | None = field(default=SamplingParams.seed, metadata={"help": "Sampling seed (repeatable samples)."})
+    stop: list[str] = field(default_factory=list, metadata={"help": "Strings that end an answer."})
 
     def __post_init__(self) -> None:
         self.params()  # the same checks, at parse time

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from veracity.config import OneLineErrors
 from veracity.data_prep.errors import InputError
 from veracity.data_prep.schema import NLI_TO_TERNARY, to_nli
 from veracity.io import atomic_directory
@@ -292,21 +293,22 @@ def install_model(role: str, source: str | Path) -> Path:
 
 def make_parser() -> argparse.ArgumentParser:
     """The ``veracity models`` command line: ``list``, ``resolve``, ``install`` and ``export-onnx`` sub-commands."""
-    parser = argparse.ArgumentParser(prog="veracity models", description="List, resolve and install the models "
+    parser = OneLineErrors(prog="veracity models", description="List, resolve and install the models "
                                      "of each role. Without a sub-command: list.")
     commands = parser.add_subparsers(dest="command", metavar="{list,resolve,install,export-onnx,card}")
     commands.add_parser("list", help="every role with its real-scale and embedded defaults")
     resolve = commands.add_parser("resolve", help="print the local folder a role resolves to")
-    resolve.add_argument("role", choices=sorted(ROLES))
+    resolve.add_argument("role", choices=sorted(ROLES), help="the role (`veracity models list` shows each)")
     resolve.add_argument("--name", default=None, help="a local path, hub id, 'embedded', 'real' or 'embedded:VARIANT'")
     resolve.add_argument("--scale", choices=(EMBEDDED, REAL), default=EMBEDDED,
                          help="which default to use without --name (default: embedded)")
     install = commands.add_parser("install", help="copy a model folder to the role's cache location (checked first)")
-    install.add_argument("role", choices=sorted(r for r, spec in ROLES.items() if spec.folder))
+    install.add_argument("role", choices=sorted(r for r, spec in ROLES.items() if spec.folder),
+                         help="the role the folder serves")
     install.add_argument("path", type=Path, help="the model folder to install")
     onnx = commands.add_parser("export-onnx", help="export a cross-encoder or a sentence encoder (fp32 + INT8 ONNX "
                                "graphs) for CPU inference through ONNX Runtime; cached by the weights' fingerprint")
-    onnx.add_argument("role", choices=("nli_verifier", "reranker", "embedder"))
+    onnx.add_argument("role", choices=("nli_verifier", "reranker", "embedder"), help="the role exported")
     onnx.add_argument("--name", default=None, help="a local path, 'embedded' or 'real' (default: embedded)")
     card = commands.add_parser("card", help="put measured sections (Markdown files) into a model folder's card")
     card.add_argument("folder", type=Path, help="the model folder (its README.md is the card)")
@@ -352,6 +354,8 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
             return None
     except (ModelNotFoundError, KeyError, ValueError, FileNotFoundError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+        if isinstance(error, FileNotFoundError) and error.filename:  # not Python's "[Errno 2] No such file …"
+            message = f"{error.filename}: not found"
         raise InputError(" ".join(str(message).split())) from None
     print(folder)
     return folder

@@ -218,9 +218,9 @@ def veracity_problem(args: list[str]) -> str | None:
     if module_name in cli.SUBCOMMANDS:
         choices = cli.SUBCOMMANDS[module_name]
         if rest and rest[0] in choices:
-            module_name, rest = choices[rest[0]], rest[1:]
+            module_name, rest = choices[rest[0]][0], rest[1:]
         elif "" in choices:
-            module_name = choices[""]
+            module_name = choices[""][0]
         else:
             return f"`veracity {command}` needs one of {sorted(choices)}"
     parser = quiet(job_module(module_name).make_parser())
@@ -312,7 +312,7 @@ FIELD_TABLES = {"docs/pipelines/r2vc.md": ["infer", "r2vc"], "docs/pipelines/aic
 def test_every_field_a_config_table_names_is_an_option_of_its_command() -> None:
     problems, named = [], 0
     for page, command in FIELD_TABLES.items():
-        module = cli.SUBCOMMANDS[cli.COMMANDS[command[0]][0]][command[1]]
+        module = cli.SUBCOMMANDS[cli.COMMANDS[command[0]][0]][command[1]][0]
         options = {a.dest for a in job_module(module).make_parser()._actions}
         in_table = False
         for number, line in enumerate((REPO / page).read_text(encoding="utf-8").splitlines(), 1):

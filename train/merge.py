@@ -12,6 +12,7 @@ from typing import Any
 
 from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
+from veracity.data_prep.errors import InputError
 from veracity.io import atomic_directory, is_completed
 from veracity.models.model_card import command_line, hub_id, write_model_card
 from veracity.models.registry import resolve_model
@@ -38,13 +39,15 @@ def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype:
 
     ``dtype`` is the dtype the base is loaded, merged and saved in (``auto``: the base's saved dtype): DPO passes
     its recipe's, so an 8B bf16 recipe merges and trains in bf16 rather than writing a 30 GiB float32 copy."""
+    out = Path(output_dir)
+    if is_completed(out):
+        return out
+    if not (Path(adapter) / "adapter_config.json").is_file():  # checked before seconds of imports and loading
+        raise InputError(f"{adapter}: not a LoRA adapter folder (no adapter_config.json)")
     import torch  # lazy, as peft and transformers: seconds to import; `train dpo` imports this module
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = Path(output_dir)
-    if is_completed(out):
-        return out
     base_dir = resolve_model("chat_lm", base)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()

@@ -61,8 +61,10 @@ class NLIDataArgs:
     prepared_dir: str = field(default="runs/prep", metadata={"help": "Output folder of veracity prep."})
     init: str = field(default="reranker", metadata={"help": "reranker (embedded ms-marco), embedder, path, hub id."})
     nli_sources: list[str] = field(default_factory=lambda: ["all"], metadata={"help": "nli_* outputs, or all."})
-    claim_sources: list[str] = field(default_factory=lambda: list(CLAIM_SOURCES))
-    eval_sources: list[str] = field(default_factory=lambda: list(EVAL_SOURCES))
+    claim_sources: list[str] = field(default_factory=lambda: list(CLAIM_SOURCES), metadata={
+        "help": "Prepared claim sources whose (evidence, claim) pairs are trained on, besides the nli_* ones."})
+    eval_sources: list[str] = field(default_factory=lambda: list(EVAL_SOURCES), metadata={
+        "help": "Sources whose dev (and calib) pairs are evaluated."})
     cap_per_source_label: int = field(default=2500, metadata={"help": "Max training pairs per (source, label)."})
     caps: list[str] = field(default_factory=list, metadata={
         "help": "Per-source caps overriding cap_per_source_label: 'source=N' or 'source/label=N'; N=-1 keeps all."})
@@ -70,7 +72,7 @@ class NLIDataArgs:
         "help": "Upsampling after the caps: 'source=N' or 'source/label=N' puts each kept pair of that source (or "
                 "source and label) N times into the epoch; others once."})
     max_eval_per_source: int = field(default=400, metadata={"help": "Dev pairs per source evaluated during training."})
-    max_length: int = 192
+    max_length: int = field(default=192, metadata={"help": "Premise + hypothesis length, tokens."})
     head_learning_rate: float = field(default=0.0, metadata={
         "help": "Learning rate of the classification head (the parameters outside the pretrained base model, fresh "
                 "when starting from a pair encoder), under the same schedule; 0 = learning_rate."})
@@ -98,7 +100,7 @@ class NLIDataArgs:
                 "metrics.json and the card."})
     quick: bool = field(default=False, metadata={"help": "A short, labelled quick run (demo; not the verifier)."})
     install: bool = field(default=True, metadata={"help": "Install the result as the embedded verifier."})
-    seed_data: int = 13
+    seed_data: int = field(default=13, metadata={"help": "Seed of the pairs' sampling and order (not the model's)."})
 
 
 def _order(seed: int, key: str) -> int:

@@ -52,14 +52,14 @@ class RerankerArgs:
     selection_posts: str | None = field(default=None, metadata={"help": "With --posts: posts that choose the "
                                                                        "checkpoint."})
     collection: str | None = field(default=None, metadata={"help": "With --posts: the paper collection."})
-    train_split: str = "train"
+    train_split: str = field(default="train", metadata={"help": "Split (of --task) whose posts are trained on."})
     selection_split: str = field(default="calib", metadata={"help": "Split (of --task) that chooses the checkpoint."})
     report_split: str | None = field(default="dev", metadata={"help": "Split only measured at the end (none: skip)."})
     init: str = field(default="embedded", metadata={
         "help": "Starting cross-encoder: embedded (ms-marco-MiniLM-L-12-v2, dequantized), a folder or a hub id."})
     negatives: int = field(default=15, metadata={"help": "Non-gold candidates per post, from the top of its RRF "
                                                          "head."})
-    max_length: int = 256
+    max_length: int = field(default=256, metadata={"help": "Post + paper length, tokens."})
 
     def __post_init__(self) -> None:
         if self.posts and not (self.selection_posts and self.collection):

@@ -46,14 +46,15 @@ DEFAULT_SOURCES = ["vitaminc", "fever_symmetric", "sufficient_facts_fever", "suf
 class TrainingSetConfig:
     prepared_dir: str = field(default="runs/prep", metadata={"help": "Output folder of veracity prep."})
     output_dir: str = field(default="runs/prep/training", metadata={"help": "Where sft.jsonl / dpo.jsonl go."})
-    sources: list[str] = field(default_factory=lambda: list(DEFAULT_SOURCES))
+    sources: list[str] = field(default_factory=lambda: list(DEFAULT_SOURCES), metadata={
+        "help": "Prepared claim sources the examples come from."})
     split: str = field(default="train", metadata={"help": "Which hash split to train on (never calib or dev)."})
     distractors: int = field(default=2, metadata={"help": "Passages of other claims added to each prompt."})
-    seed: int = 13
-    max_examples: int | None = None
+    seed: int = field(default=13, metadata={"help": "Seed of the shuffle, the distractors and the rejected answers."})
+    max_examples: int | None = field(default=None, metadata={"help": "Cap on examples (after the shuffle)."})
     mine_model: str | None = field(default=None, metadata={
         "help": "Chat model to sample rejected answers from (the merged SFT model, or a base with --mine_adapter)."})
-    mine_adapter: str | None = None
+    mine_adapter: str | None = field(default=None, metadata={"help": "LoRA adapter applied to --mine_model."})
     mine_samples: int = field(default=4, metadata={"help": "Answers sampled per example without a partner."})
     mine_max: int | None = field(default=None, metadata={"help": "Mine for at most this many examples (CPU runs)."})
     mine_nli_model: str = field(default="embedded", metadata={"help": "Verifier that must disagree with the label."})

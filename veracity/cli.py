@@ -1,6 +1,6 @@
 """The ``veracity`` command: dispatches to each job's ``main(argv)``, imported lazily so ``--help`` is instant.
 
-Usage: veracity <command> [args]      (veracity <command> --help for its options)
+Usage: veracity <command> [args]      (veracity <command> --help lists its subcommands or options)
 """
 
 from __future__ import annotations
@@ -9,40 +9,84 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# command -> (module, what it does); a command with sub-commands maps to {sub: module} in SUBCOMMANDS.
+# command -> (module, what it does); a command with subcommands names its table in SUBCOMMANDS ("@train").
 COMMANDS: dict[str, tuple[str, str]] = {
-    "prep": ("@prep", "prepare datasets into validated records + manifest; `prep training-sets` for SFT/DPO"),
-    "models": ("veracity.models.registry", "list / resolve / materialize the models of each role"),
+    "prep": ("@prep", "prepare datasets into validated records + a manifest; training sets, CheckThat tasks"),
+    "models": ("veracity.models.registry", "list / resolve / install the models of each role; ONNX exports"),
     "demo": ("veracity.demo", "run every working stage on embedded defaults and the shipped data"),
-    "index": ("@index", "`index build` / `index search`: retrieval indexes (BM25, FAISS, fusion, rerank)"),
-    "train": ("@train", "`train sft`, `train dpo`, `train merge` (LoRA), `train nli` (verifier), `train calibrator`, "
-                        "`train reranker` (SciClaimSeekers' cross-encoder)"),
-    "infer": ("@infer", "offline batch inference: `infer r2vc|aic|sciclaim|uts` (the pipelines), `infer ablate` "
-                        "(a pipeline's ablation table), `infer generate`"),
-    "eval": ("@eval", "evaluation: `eval r2vc|averitec|sciclaim|m4` (scorers), `eval retrieval`, `eval checkpoint`"),
+    "index": ("@index", "retrieval indexes: build one, search one (BM25, dense, fusion, rerank)"),
+    "train": ("@train", "training: the R2VC generator (SFT, DPO, LoRA merge), NLI verifier, calibrator, reranker"),
+    "infer": ("@infer", "batch inference: the four pipelines (r2vc, aic, sciclaim, uts), ablations, generation"),
+    "eval": ("@eval", "evaluation: each pipeline's scorer, retrieval metrics, a checkpoint's accuracy"),
 }
-SUBCOMMANDS: dict[str, dict[str, str]] = {
-    # a bare `veracity prep` (or one followed by options) prepares the datasets
-    "@prep": {"": "veracity.data_prep.prepare", "training-sets": "veracity.train.training_sets",
-              "sciclaim-tasks": "veracity.data_prep.sciclaim_tasks",
-              "sciclaim-collection": "veracity.data_prep.checkthat_collection"},
-    "@eval": {"retrieval": "veracity.infer.retrieval.evaluate", "checkpoint": "veracity.infer.checkpoint_eval",
-              "averitec": "veracity.infer.eval.averitec", "r2vc": "veracity.infer.eval.r2vc",
-              "sciclaim": "veracity.infer.eval.sciclaim", "m4": "veracity.infer.eval.m4"},
-    "@infer": {"generate": "veracity.infer.generate", "r2vc": "veracity.infer.pipelines.r2vc.run",
-               "sciclaim": "veracity.infer.pipelines.sciclaimseekers.run", "aic": "veracity.infer.pipelines.aic.run",
-               "uts": "veracity.infer.pipelines.uts.run", "ablate": "veracity.infer.pipelines.ablate"},
-    "@index": {"build": "veracity.infer.retrieval.index_build", "search": "veracity.infer.retrieval.index_search"},
-    "@train": {"sft": "veracity.train.sft", "dpo": "veracity.train.dpo", "merge": "veracity.train.merge",
-               "nli": "veracity.train.nli", "calibrator": "veracity.train.calibrator",
-               "reranker": "veracity.train.reranker"},
+# command -> {subcommand: (module, what it does)}; "" is what the bare command runs (`veracity prep` prepares).
+SUBCOMMANDS: dict[str, dict[str, tuple[str, str]]] = {
+    "@prep": {
+        "": ("veracity.data_prep.prepare", "prepare every shipped dataset into validated records + a manifest"),
+        "training-sets": ("veracity.train.training_sets", "SFT and DPO training sets for the R2VC generator"),
+        "sciclaim-tasks": ("veracity.data_prep.sciclaim_tasks",
+                           "CheckThat-format retrieval tasks from prepared records (no paper collection needed)"),
+        "sciclaim-collection": ("veracity.data_prep.checkthat_collection",
+                                "convert the official CheckThat! 4b collection pickle into JSONL (opt-in)"),
+    },
+    "@eval": {
+        "retrieval": ("veracity.infer.retrieval.evaluate", "retrieval metrics on the claim → evidence benchmarks"),
+        "checkpoint": ("veracity.infer.checkpoint_eval",
+                       "label accuracy and macro-F1 of a generator checkpoint or an NLI verifier"),
+        "averitec": ("veracity.infer.eval.averitec", "AVeriTeC scores: Q-only / Q+A METEOR, old AVeriTeC score, Ev²R"),
+        "r2vc": ("veracity.infer.eval.r2vc", "metrics and report.html of an R2VC run, from its records"),
+        "sciclaim": ("veracity.infer.eval.sciclaim", "CheckThat! source retrieval: MRR@5, Hit@1, Hit@5 of a run"),
+        "m4": ("veracity.infer.eval.m4", "M4, the CheckThat 2026 Task 3 score of generated fact-checking articles"),
+    },
+    "@infer": {
+        "r2vc": ("veracity.infer.pipelines.r2vc.run",
+                 "R2VC: retrieval-augmented, verified, calibrated claim verification (FEVER-style)"),
+        "aic": ("veracity.infer.pipelines.aic.run", "AIC CTU: long-context RAG, one LLM call per claim (FEVER-8)"),
+        "sciclaim": ("veracity.infer.pipelines.sciclaimseekers.run",
+                     "SciClaimSeekers: the scientific paper behind a social-media post (CheckThat 4b)"),
+        "uts": ("veracity.infer.pipelines.uts.run",
+                "UTS: fact-checking articles drafted with citations (CheckThat Task 3)"),
+        "ablate": ("veracity.infer.pipelines.ablate", "a pipeline's ablation table: a list of recipes, one table"),
+        "generate": ("veracity.infer.generate", "batch generation over a JSONL of items, resumable and shardable"),
+    },
+    "@index": {
+        "build": ("veracity.infer.retrieval.index_build", "build a retrieval index (BM25, dense) over a corpus"),
+        "search": ("veracity.infer.retrieval.index_search",
+                   "query an index: BM25, dense, α-fusion or RRF, optionally reranked"),
+    },
+    "@train": {
+        "sft": ("veracity.train.sft", "supervised fine-tuning of the R2VC generator with LoRA"),
+        "dpo": ("veracity.train.dpo", "DPO of the R2VC generator with LoRA, from the SFT adapter"),
+        "merge": ("veracity.train.merge", "merge a LoRA adapter into its base: a plain model folder"),
+        "nli": ("veracity.train.nli", "fine-tune the NLI verifier (3-way cross-encoder)"),
+        "calibrator": ("veracity.train.calibrator", "fit the R2VC calibrator (P(the candidate's label is gold))"),
+        "reranker": ("veracity.train.reranker", "fine-tune SciClaimSeekers' cross-encoder on a task's training posts"),
+    },
 }
 
 
 def usage() -> str:
     lines = ["usage: veracity [--verbose] <command> [options]", "", "commands:"]
     lines += [f"  {name:8} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    lines += ["", "`veracity <command> --help` lists a command's subcommands or options; --verbose shows the "
+                  "libraries' logs"]
     return "\n".join(lines)
+
+
+def subcommand_usage(command: str) -> str:
+    """``veracity <command> --help`` for a command with subcommands: each with its one line."""
+    choices = SUBCOMMANDS[COMMANDS[command][0]]
+    bare = f"veracity {command} [options]" if "" in choices else f"veracity {command} <subcommand> [options]"
+    lines = [f"usage: {bare}", "", "subcommands:"]
+    lines += [f"  {sub or '(none)':20} {help_text}" for sub, (_, help_text) in choices.items()]
+    lines += ["", f"`veracity {command} <subcommand> --help` lists its options"]
+    return "\n".join(lines)
+
+
+def fail(message: str) -> int:
+    """A usage error of the dispatch itself: one line, exit status 2, as the jobs' parsers do."""
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,18 +98,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = args[0], args[1:]
     if command not in COMMANDS:
-        print(f"veracity: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
-        return 2
+        return fail(f"veracity: unknown command {command!r} (`veracity --help` lists them)")
     module_name, help_text = COMMANDS[command]
     if module_name in SUBCOMMANDS:
         choices = SUBCOMMANDS[module_name]
+        if rest[:1] in (["-h"], ["--help"]):
+            print(subcommand_usage(command))
+            if "" not in choices:
+                return 0
+            print(f"\noptions of `veracity {command}` itself:")  # then the bare command's own help, below
         if rest and rest[0] in choices:
-            module_name, rest = choices[rest[0]], rest[1:]
+            module_name, rest = choices[rest[0]][0], rest[1:]
         elif "" in choices:
-            module_name = choices[""]
+            module_name = choices[""][0]
         else:
-            print(f"usage: veracity {command} {{{','.join(choices)}}} [options]", file=sys.stderr)
-            return 2
+            named = f"unknown subcommand {rest[0]!r}" if rest else "a subcommand is needed"
+            return fail(f"veracity {command}: {named}: choose from {', '.join(choices)} "
+                        f"(`veracity {command} --help` says what each does)")
     if not module_name:
         print(f"veracity {command}: not available yet — {help_text}", file=sys.stderr)
         return 2

@@ -88,9 +88,10 @@ class Ev2RSettings:
         "help": "Constrain the judge's decoding to its answer's schema (the four counts) where the engine can; "
                 "the parser stays the final check. Its new tokens are then the longest answer the schema admits."})
     ev2r_max_new_tokens: int = field(default=512, metadata={"help": "New tokens of an unconstrained judge answer."})
-    ev2r_temperature: float = 0.0
-    ev2r_retry_temperature: float = 0.7
-    ev2r_seed: int = 0
+    ev2r_temperature: float = field(default=0.0, metadata={"help": "Sampling temperature of the judge (0: greedy)."})
+    ev2r_retry_temperature: float = field(default=0.7, metadata={
+        "help": "Sampling temperature of a retry after an answer that fails."})
+    ev2r_seed: int = field(default=0, metadata={"help": "Sampling seed of the judge."})
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.ev2r_threshold < 1.0:

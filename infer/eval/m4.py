@@ -81,20 +81,24 @@ class M4Config:
     output_dir: str = field(default="runs/uts/m4", metadata={"help": "Where metrics.json and per_item.jsonl go."})
     reference_as_article: bool = field(default=False, metadata={
         "help": "Score each item's own reference article (the human upper reference)."})
-    articles_dir: str | None = None
-    review_dir: str | None = None
+    articles_dir: str | None = field(default=None, metadata={
+        "help": "WatClaimCheck premise article files (items that are WatClaimCheck records)."})
+    review_dir: str | None = field(default=None, metadata={
+        "help": "WatClaimCheck review article files (items that are WatClaimCheck records)."})
     chunk_sentences: int = field(default=3, metadata={"help": "Sentences per entailment chunk."})
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
-    nli_batch_size: int = 32
+    nli_batch_size: int = field(default=32, metadata={"help": "(chunk, statement) pairs per verifier batch."})
     judge_prompt: str = field(default=DEFAULT_JUDGE_PROMPT, metadata={
         "help": "Judge prompt template with {statement} and {evidence}."})
     judge: str = field(default="llm", metadata={
         "help": "llm: the engine answers yes/no (the paper's judge); nli: the NLI verifier's P(entailment) >= "
                 "judge_nli_threshold is a yes (a proxy, not the paper's scorer)."})
-    judge_nli_threshold: float = 0.5
+    judge_nli_threshold: float = field(default=0.5, metadata={
+        "help": "judge nli: the P(entailment) from which the verifier says yes."})
     judge_max_new_tokens: int | None = field(default=None, metadata={
         "help": "New tokens of a judge answer; none: enough for yes/no when constrained (7), else 4."})
-    judge_max_evidence_chars: int = 4000
+    judge_max_evidence_chars: int = field(default=4000, metadata={
+        "help": "Characters of evidence the judge is shown (the rest is cut)."})
     constrained: bool = field(default=True, metadata={
         "help": "Constrain decoding to the answer's format where the engine can (the LLM judge: yes or no); the "
                 "parser stays the final check. false: the model answers freely."})

@@ -54,7 +54,7 @@ from veracity.io import write_json, write_jsonl, write_text
 class R2VCEvalArgs:
     predictions: str = field(metadata={"help": "records.jsonl of `veracity infer r2vc` (or its predictions.jsonl)."})
     output_dir: str = field(metadata={"help": "Where metrics.json, predictions.jsonl, report.md and plots go."})
-    plots: bool = True
+    plots: bool = field(default=True, metadata={"help": "Write the plots (PNG) beside metrics.json."})
 
 
 def make_parser() -> Any:

@@ -55,7 +55,7 @@ class AblationConfig:
     scorer: list[str] = field(default_factory=list, metadata={
         "help": "A veracity command scoring each row instead of the pipeline's scorer ({run_dir}, {option})."})
     only: list[str] = field(default_factory=list, metadata={"help": "Run only these rows (by name)."})
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
     def __post_init__(self) -> None:
         if self.pipeline not in PIPELINES:
@@ -100,7 +100,7 @@ def run_scorer(argv: Sequence[str]) -> dict[str, Any]:
     command, *rest = argv
     module = COMMANDS[command][0]
     if module in SUBCOMMANDS:
-        module, rest = SUBCOMMANDS[module][rest[0]], rest[1:]
+        module, rest = SUBCOMMANDS[module][rest[0]][0], rest[1:]
     return importlib.import_module(module).main(rest) or {}
 
 

@@ -46,16 +46,18 @@ SIGNIFICANCE_METRIC, SIGNIFICANCE_LEVEL = "ndcg@10", 0.05
 @dataclass
 class RetrievalEvalConfig:
     prepared_dir: str = field(default="runs/prep", metadata={"help": "Output folder of veracity prep."})
-    benchmarks: list[str] = field(default_factory=lambda: ["climate_fever", "fever_evidence"])
+    benchmarks: list[str] = field(default_factory=lambda: ["climate_fever", "fever_evidence"], metadata={
+        "help": "Claim → evidence benchmarks (built by veracity prep) to evaluate."})
     output_dir: str = field(default="runs/eval_retrieval", metadata={"help": "Run directory."})
     eval_split: str = field(default="dev", metadata={"help": "Split reported."})
     tune_split: str = field(default="train", metadata={"help": "Split on which α* is chosen."})
-    alphas: list[float] = field(default_factory=lambda: [0.2, 0.3, 0.5, 0.7, 0.8])
-    rrf_k: int = DEFAULT_RRF_K
+    alphas: list[float] = field(default_factory=lambda: [0.2, 0.3, 0.5, 0.7, 0.8], metadata={
+        "help": "BM25 weights α tried in α-fusion; α* is chosen on --tune_split."})
+    rrf_k: int = field(default=DEFAULT_RRF_K, metadata={"help": "RRF constant k."})
     candidates: int = field(default=100, metadata={"help": "Hits per retriever before fusion."})
     rerank: bool = field(default=True, metadata={"help": "Add cross-encoder reranked rows."})
-    reranker: str = "embedded"
-    rerank_top_n: int = 20
+    reranker: str = field(default="embedded", metadata={"help": "Reranker: 'embedded', 'real', path or hub id."})
+    rerank_top_n: int = field(default=20, metadata={"help": "How many fused hits the reranker re-scores."})
     max_queries: int | None = field(default=None, metadata={"help": "Cap per split (quick runs)."})
 
 

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from veracity.data_prep.errors import DataError
+from veracity.data_prep.errors import DataError, InputError
 from veracity.data_prep.readers import read_jsonl
 from veracity.infer.retrieval.analyzers import Analyzer
 from veracity.infer.retrieval.dense import (
@@ -56,8 +56,13 @@ FORMAT_VERSION = 2  # 2: embeddings in shards, texts stored; format 1 folders st
 READABLE_FORMATS = (1, 2)
 
 
-class IndexMismatchError(ValueError):
-    """The index was built from another corpus or with another model than the one given."""
+class IndexMismatchError(InputError):
+    """The index was built from another corpus or with another model than the one given (rebuild it)."""
+
+
+class IndexFileNotFoundError(InputError, FileNotFoundError):
+    """A folder without a complete index (no ``index_meta.json``), or the corpus it is checked against is not there:
+    a user's error (exit 2, one line), and still a FileNotFoundError to the jobs that then build the index."""
 
 
 @dataclass
@@ -70,20 +75,23 @@ class IndexSettings:
     include_title: bool = field(default=True, metadata={"help": "Index 'title. text' rather than the text alone."})
     analyzer: str = field(default="default", metadata={"help": "BM25 analyzer: default or social."})
     stem: bool = field(default=False, metadata={"help": "Snowball-stem BM25 tokens."})
-    k1: float = BM25Params.k1
-    b: float = BM25Params.b
+    k1: float = field(default=BM25Params.k1, metadata={"help": "BM25 term-frequency saturation k1."})
+    b: float = field(default=BM25Params.b, metadata={"help": "BM25 document-length normalisation b."})
     embedder: str = field(default=EncoderSpec.model, metadata={
         "help": "Encoder: 'embedded', 'real', a path or hub id."})
-    query_prefix: str = EncoderSpec.query_prefix
-    doc_prefix: str = EncoderSpec.doc_prefix
-    max_length: int = EncoderSpec.max_length
-    encode_batch_size: int = EncoderSpec.batch_size
+    query_prefix: str = field(default=EncoderSpec.query_prefix, metadata={
+        "help": "Text put before each query for the encoder (e.g. 'query: ' for E5)."})
+    doc_prefix: str = field(default=EncoderSpec.doc_prefix, metadata={
+        "help": "Text put before each document for the encoder (e.g. 'passage: ' for E5)."})
+    max_length: int = field(default=EncoderSpec.max_length, metadata={"help": "Encoder input length, tokens."})
+    encode_batch_size: int = field(default=EncoderSpec.batch_size, metadata={"help": "Texts encoded per batch."})
     encoder_backend: str = field(default=EncoderSpec.backend, metadata={
         "help": "Encoder runtime on the CPU: torch, onnx (fp32 graph) or onnx_int8 (bench/encoder.py)."})
     faiss_kind: str = field(default=FaissParams.kind, metadata={"help": "flat (exact) or hnsw."})
-    hnsw_m: int = FaissParams.m
-    ef_construction: int = FaissParams.ef_construction
-    ef_search: int = FaissParams.ef_search
+    hnsw_m: int = field(default=FaissParams.m, metadata={"help": "HNSW: links per node (faiss_kind hnsw)."})
+    ef_construction: int = field(default=FaissParams.ef_construction, metadata={
+        "help": "HNSW: candidate list size while building."})
+    ef_search: int = field(default=FaissParams.ef_search, metadata={"help": "HNSW: candidate list size per query."})
     stream_batch: int = field(default=2048, metadata={"help": "Documents read and encoded per batch."})
     shard_size: int = field(default=65536, metadata={
         "help": "Document vectors per embeddings/ shard file (each shard is added to FAISS as it is written)."})
@@ -258,7 +266,7 @@ def read_meta(folder: Path) -> dict[str, Any]:
     """``index_meta.json`` of an index folder (written last: a folder without it is no index)."""
     meta_path = folder / "index_meta.json"
     if not meta_path.exists():
-        raise FileNotFoundError(f"{folder} is not a complete index (no index_meta.json)")
+        raise IndexFileNotFoundError(f"{folder} is not a complete index (no index_meta.json)")
     return json.loads(meta_path.read_text())
 
 
@@ -291,7 +299,7 @@ def load_index(folder: str | Path, corpus: str | Path | None = None, embedder: s
                 f"has {digest[:12]}…: rebuild the index (veracity index build) for this corpus"
             )
     elif corpus:
-        raise FileNotFoundError(f"corpus {corpus_path} not found")
+        raise IndexFileNotFoundError(f"corpus {corpus_path} not found")
     meta["corpus"]["path"] = str(corpus_path.resolve())
     doc_ids = json.loads((folder / "doc_ids.json").read_text())
     sparse = BM25Index.load(folder / "bm25", doc_ids) if meta["sparse"] else None

@@ -28,12 +28,12 @@ class AICConfig:
         "help": "Proxy store: how many other claims lend their documents as distractors."})
     proxy_distractors: str = field(default="bm25", metadata={
         "help": f"Proxy distractors: one of {DISTRACTOR_MODES} (bm25 = the most similar other claims)."})
-    proxy_seed: int = 13
+    proxy_seed: int = field(default=13, metadata={"help": "Seeds the shuffled order of the proxy store's documents."})
     # --- retrieval ----------------------------------------------------------------------------------------
     chunk_chars: int = field(default=2048, metadata={"help": "Maximum chunk length in characters (whole sentences)."})
     embedder: str = field(default="embedded", metadata={"help": "embedder role: 'embedded', 'real' (mxbai), path."})
     embed_max_length: int = field(default=512, metadata={"help": "Encoder input tokens (mxbai: 512)."})
-    embed_batch_size: int = 32
+    embed_batch_size: int = field(default=32, metadata={"help": "Chunks per encoder batch."})
     embed_backend: str = field(default="torch", metadata={
         "help": "Encoder runtime on the CPU: torch, onnx (fp32 graph) or onnx_int8 (bench/encoder.py)."})
     index_cache: str | None = field(default=None, metadata={
@@ -61,21 +61,22 @@ class AICConfig:
         "help": "Constrained: the longest question text the answer schema admits (characters)."})
     answer_chars: int = field(default=300, metadata={
         "help": "Constrained: the longest answer text the answer schema admits (characters)."})
-    temperature: float = 0.0
-    top_p: float = 1.0
+    temperature: float = field(default=0.0, metadata={"help": "Sampling temperature of the answer (0: greedy)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling of the answer."})
     max_new_tokens: int = field(default=2048, metadata={
         "help": "New tokens of an unconstrained answer (constrained: sized to the longest answer the schema admits)."})
-    seed: int = 13
+    seed: int = field(default=13, metadata={"help": "Sampling seed of the answer."})
     parse_retries: int = field(default=1, metadata={
         "help": "Retries of a claim whose answer does not parse (another seed, sampled at retry_temperature)."})
-    retry_temperature: float = 0.7
+    retry_temperature: float = field(default=0.7, metadata={
+        "help": "Sampling temperature of a retry after an answer that does not parse."})
     claims_per_call: int = field(default=4, metadata={"help": "Claims per generator call."})
     # --- run ----------------------------------------------------------------------------------------------
     output_dir: str = field(default="runs/aic", metadata={"help": "Run directory."})
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the claims."})
     retry_errors: bool = field(default=False, metadata={"help": "Re-run the claims whose last record is an error."})
     evaluate: bool = field(default=True, metadata={"help": "Unsharded runs end with `veracity eval averitec`."})
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
     def __post_init__(self) -> None:
         if self.proxy_distractors not in DISTRACTOR_MODES:

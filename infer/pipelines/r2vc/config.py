@@ -38,7 +38,7 @@ class R2VCConfig:
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the claims."})
     claims_per_call: int = field(default=8, metadata={"help": "Claims per generator / verifier call."})
     retry_errors: bool = field(default=False, metadata={"help": "Re-run the claims whose last record is an error."})
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
     inject: str | None = field(default=None, metadata={
         "help": "Probe: append this sentence to every evidence passage (e.g. an instruction aimed at the model), "
                 "to measure how often decisions flip (bench/r2vc_injection.py)."})
@@ -50,8 +50,8 @@ class R2VCConfig:
     # --- generator ----------------------------------------------------------------------------------------
     use_generator: bool = field(default=True, metadata={"help": "false: the NLI-only ablation (no generator)."})
     n_candidates: int = field(default=12, metadata={"help": "Candidates sampled per claim (the paper: up to 12)."})
-    temperature: float = 0.7
-    top_p: float = 0.95
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature of the candidates."})
+    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling of the candidates."})
     max_new_tokens: int = field(default=160, metadata={
         "help": "Answer budget when unconstrained; constrained, it is sized to the longest answer the schema allows."})
     constrained: bool = field(default=True, metadata={
@@ -64,7 +64,7 @@ class R2VCConfig:
         "help": "Sampling seed of the generator's candidates (which claims --max_examples keeps is --subset_seed)."})
     # --- verifier and decision ----------------------------------------------------------------------------
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
-    nli_batch_size: int = 32
+    nli_batch_size: int = field(default=32, metadata={"help": "(passage, claim) pairs per verifier batch."})
     nli_backend: str = field(default="auto", metadata={
         "help": "Verifier backend: torch, onnx (ONNX Runtime, fp32), onnx_int8, or auto (onnx on a CPU, its graph "
                 "exported on first use; torch on a GPU)."})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -32,18 +32,20 @@ _STOPWORDS = frozenset(
 class SignalSettings:
     """Thresholds and weights of the signals (docs/pipelines/r2vc.md#signals; defaults are the paper's)."""
 
-    t_ent: float = 0.60
-    t_contr: float = 0.60
-    margin: float = 0.10
-    coverage_top: int = 6
-    w_ent: float = 0.6
-    w_cov: float = 0.2
-    w_excess_contr: float = 0.3
-    w_cons: float = 0.1
-    w_align: float = 0.1
-    w_cit: float = 0.1
-    cit_numeric_weight: float = 0.5
-    orientation: str = "verdict"
+    t_ent: float = field(default=0.60, metadata={"help": "T_ent: entailment threshold of y_NLI True."})
+    t_contr: float = field(default=0.60, metadata={"help": "T_contr: contradiction threshold of y_NLI False."})
+    margin: float = field(default=0.10, metadata={"help": "δ: how far the winning side must beat the other."})
+    coverage_top: int = field(default=6, metadata={"help": "Passages averaged in s_cov."})
+    w_ent: float = field(default=0.6, metadata={"help": "Weight of s_ent in s_ver."})
+    w_cov: float = field(default=0.2, metadata={"help": "Weight of s_cov in s_ver."})
+    w_excess_contr: float = field(default=0.3, metadata={
+        "help": "Weight of max(0, s_contr − s_ent) in s_ver (subtracted)."})
+    w_cons: float = field(default=0.1, metadata={"help": "Weight of s_cons in s_ver."})
+    w_align: float = field(default=0.1, metadata={"help": "Weight of s_align in s_ver."})
+    w_cit: float = field(default=0.1, metadata={"help": "Weight of 1 − s_cit in s_ver (subtracted)."})
+    cit_numeric_weight: float = field(default=0.5, metadata={
+        "help": "Share of number matching in s_cit (claims without numbers: word overlap alone)."})
+    orientation: str = field(default="verdict", metadata={"help": "verdict or claim (docs/design.md#r2vc-decisions)."})
 
     def __post_init__(self) -> None:
         if self.orientation not in ORIENTATIONS:

@@ -37,7 +37,7 @@ class SciClaimConfig:
         "help": "Posts per batch (first stage retrieved together; a kill loses at most one batch)."})
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the posts."})
     retry_errors: bool = field(default=False, metadata={"help": "Re-run the posts whose last record is an error."})
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
     # --- first stage: BM25 + dense → RRF (docs/pipelines/sciclaimseekers.md#how-it-works) -----------------
     analyzer: str = field(default="social", metadata={
         "help": "BM25 analyzer: social (drop @mentions/URLs, split #hashtags, drop punctuation and stopwords)."})
@@ -46,7 +46,7 @@ class SciClaimConfig:
     query_prefix: str = field(default=E5_INSTRUCT_QUERY_PREFIX, metadata={
         "help": "Instruction before each post (the paper's multilingual-e5-large-instruct prefix)."})
     max_length: int = field(default=512, metadata={"help": "Encoder tokens per text."})
-    encode_batch_size: int = 64
+    encode_batch_size: int = field(default=64, metadata={"help": "Texts per encoder batch."})
     encoder_backend: str = field(default="torch", metadata={
         "help": "Encoder runtime on the CPU: torch, onnx (fp32 graph) or onnx_int8 (bench/encoder.py)."})
     candidates: int = field(default=100, metadata={"help": "Hits per retriever before fusion."})
@@ -63,7 +63,7 @@ class SciClaimConfig:
                 "(0 and 0: the reranker's order alone, the paper's)."})
     rerank_bm25_weight: float = field(default=0.0, metadata={"help": "BM25's weight in that sum."})
     cross_encoder: str = field(default="embedded", metadata={"help": "Cross-encoder: 'embedded', 'real', path."})
-    cross_encoder_batch_size: int = 32
+    cross_encoder_batch_size: int = field(default=32, metadata={"help": "Pairs per cross-encoder batch."})
     max_new_tokens: int | None = field(default=None, metadata={
         "help": "Tokens the LLM may write for a 0–10 answer the engine does not hold to the format (none: 8); an "
                 "answer it holds gets enough for the longest (6), as in every pipeline."})

@@ -30,7 +30,7 @@ class UTSConfig:
     items_per_call: int = field(default=8, metadata={"help": "Items per batch (one judge call per round)."})
     shard: str | None = field(default=None, metadata={"help": "i/n: this machine's share of the items."})
     retry_errors: bool = field(default=False, metadata={"help": "Re-run the items whose last record is an error."})
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
     # --- stub and frames ----------------------------------------------------------------------------------
     frame: str = field(default="host_cite", metadata={"help": f"Cite frame: one of {sorted(FRAMES)}."})
     frame_by_host: dict[str, str] = field(default_factory=dict, metadata={
@@ -52,7 +52,8 @@ class UTSConfig:
         "help": "llm: the engine answers yes/no (the paper's judge); nli: the NLI verifier's P(entailment) >= "
                 "judge_nli_threshold is a yes (a proxy)."})
     judge_nli_model: str = field(default="embedded", metadata={"help": "NLI verifier of judge nli."})
-    judge_nli_threshold: float = 0.5
+    judge_nli_threshold: float = field(default=0.5, metadata={
+        "help": "judge nli: the P(entailment) from which the verifier says yes."})
     judge_max_new_tokens: int | None = field(default=None, metadata={
         "help": "New tokens of a judge answer the engine does not hold to yes/no (none: 4); an answer it holds gets "
                 "enough for yes/no (7), as in every pipeline."})
