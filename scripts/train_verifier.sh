@@ -3,12 +3,14 @@
 # (the embedded reranker, dequantized) with a fresh 3-way head; phase 1 on every NLI source + FEVER-family pairs
 # (<= 500 per source and label, one epoch; three starts compared on calib at step 200, the best finished), phase 2 on
 # the claim–evidence sources in full, SufficientFacts-VitaminC five times (one epoch, its last step); length-grouped
-# batches in shuffled order; phase 2 installs itself as the embedded nli_verifier. 52-63 min on 2 idle CPU cores
-# (37-46 + 15-17; the configs set use_cpu); each phase resumes if interrupted. Needs `veracity prep` first.
+# batches in shuffled order; phase 2 installs itself as the embedded nli_verifier. About 55 min on 2 idle CPU cores
+# (docs/figures.yaml verifier_training_min; phases of 37-46 + 15-17 min in the runs measured; the configs set
+# use_cpu); each phase resumes if interrupted. Needs `veracity prep` first.
 # Then, into the model card of the run and of the installed copy (`veracity models card`): the full dev splits (the
 # command of docs/results.md#nli-verifier), this invocation's training time, and the CPU backends (bench/r2vc.py).
-# Earlier recipes stay as configs and comparison rows of docs/results.md#nli-verifier: the two-phase MiniLM-L6 one
-# (configs/train/nli_minilm_l6_cpu{,_phase2}.yaml, 29 min) and the three-stage one (nli_minilm_cpu{,_stage2,_stage3}).
+# Earlier recipes stay as configs and comparison rows of docs/experiment-log.md#nli-verifier: the two-phase
+# MiniLM-L6 one (configs/train/nli_minilm_l6_cpu{,_phase2}.yaml, 29 min) and the three-stage one
+# (nli_minilm_cpu{,_stage2,_stage3}).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 veracity=${VERACITY:-.venv/bin/veracity}

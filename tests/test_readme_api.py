@@ -1,4 +1,5 @@
-"""The Python API examples of docs/api.md run as printed (the model weights swapped for tiny ones, nothing else)."""
+"""The Python API examples of docs/api.md run as printed (the model weights swapped for tiny ones, nothing else):
+the pipelines, the NLI verifier on its own and retrieval on its own."""
 
 from __future__ import annotations
 
@@ -43,6 +44,14 @@ def tiny_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_lm_dir: P
         return real(config, **{**overrides, **{k: v for k, v in weights.items() if k in fields}})
 
     monkeypatch.setattr(veracity, "load_pipeline", load)
+    import veracity.infer.retrieval.dense as dense
+    import veracity.models.nli as nli
+
+    tiny_roles = {"nli_verifier": str(verifier), "embedder": str(tiny_encoder_dir)}
+    for module in (nli, dense):  # "embedded" for the verifier and the encoder names the tiny weights
+        real_resolve = module.resolve_model
+        monkeypatch.setattr(module, "resolve_model", lambda role, name=None, *rest, real_resolve=real_resolve: (
+            tiny_roles[role] if name == "embedded" and role in tiny_roles else real_resolve(role, name, *rest)))
     work = tmp_path / "work"
     (work / "store").mkdir(parents=True)
     (work / "configs").symlink_to(REPO / "configs")
@@ -54,12 +63,19 @@ def tiny_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_lm_dir: P
     return work
 
 
-@pytest.mark.parametrize("name", ["r2vc", "others"])
+@pytest.mark.parametrize("name", ["r2vc", "others", "verifier", "retrieval"])
 def test_the_api_example_runs_as_printed(name: str, tiny_weights: Path, capsys: pytest.CaptureFixture[str]
                                                 ) -> None:
     exec(compile(example(name), f"docs/api.md api-example {name}", "exec"), {})  # noqa: S102 - the page's own code
     printed = capsys.readouterr().out.splitlines()
     if name == "r2vc":
         assert [line.split()[0] for line in printed[:2]] == ["1", "2"] and len(printed) == 3
+    elif name == "verifier":
+        rows = [[float(x) for x in line.split()[1::2]] for line in printed[:2]]
+        assert all(line.startswith("entailment ") for line in printed[:2]) and len(printed) == 3
+        assert all(abs(sum(row) - 1) < 2e-3 for row in rows)  # three probabilities per pair
+    elif name == "retrieval":
+        hits = [eval(line) for line in printed]  # noqa: S307 - the page prints Python lists of tuples
+        assert len(hits) == 2 and all(len(h) == 2 and {d for d, _ in h} <= {"d1", "d2", "d3"} for h in hits)
     else:
         assert printed[0] in ("answered", "failed") and printed[1].startswith("[[") and "council" in printed[2]

@@ -12,10 +12,10 @@ so no source or class dominates (``caps`` overrides the cap per source or per so
 defaults to the embedded ms-marco MiniLM cross-encoder (dequantized from its INT8 ONNX): it already reads sentence
 pairs jointly; ``init`` may also name an earlier verifier to continue from (stage 2). ``evidence_titles`` puts the
 article title in front of each evidence sentence and is recorded in the model's config.json, so scorers read it
-back (measured: no gain for the embedded verifier, see docs/results.md#nli-verifier). ``starts`` trains several
+back (measured: no gain for the embedded verifier, see docs/experiment-log.md#nli-verifier). ``starts`` trains several
 seeds to an early step and finishes only the best on calib, since whether a fresh head takes off within one epoch
-depends on its seed (docs/results.md). ``label_offsets`` fits per-label logit offsets on calib after training and
-folds them into the head's bias (``train/label_offsets.py``). The run resumes from its last
+depends on its seed (docs/experiment-log.md). ``label_offsets`` fits per-label logit offsets on calib after training
+and folds them into the head's bias (``train/label_offsets.py``). The run resumes from its last
 checkpoint, keeps the checkpoint with the best macro-F1 on the calib split (dev is only reported; with
 ``load_best_model_at_end: false`` the last step, calib then only reported too), and installs
 the result as the embedded verifier (``$VERACITY_CACHE/models/nli-verifier-minilm``, with metrics.json), once
