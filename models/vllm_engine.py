@@ -131,16 +131,27 @@ class VLLMEngine(Engine):
 
 def _vllm_structured(kind: str, spec: str) -> dict[str, Any]:
     """SamplingParams arguments that constrain decoding (older vLLM names them guided_decoding): ``kind`` json_schema,
-    regex or choice, ``spec`` as in ``SamplingParams.constraint``."""
-    value: Any = json.loads(spec) if kind in ("json_schema", "choice") else spec
-    name = {"json_schema": "json", "regex": "regex", "choice": "choice"}[kind]
+    regex or choice, ``spec`` as in ``SamplingParams.constraint``.
+
+    A JSON schema goes as the transformers engine's own grammar (:func:`~veracity.models.decoding.json_schema_grammar`,
+    EBNF that vLLM's xgrammar backend compiles as is), not as ``json=``: vLLM 0.32 writes a schema's JSON either with
+    free whitespace (the request's ``disable_any_whitespace`` is accepted and never read: only the engine-wide
+    ``StructuredOutputsConfig`` sets it — seen here, Ev²R's counts came back with newlines between every key, colon and
+    value and ran past their budget) or, with that engine option, with ``,`` and ``:`` separators where the other
+    engines, the budgets and the training targets write ``", "`` and ``": "``. One grammar on every engine: the same
+    answers to the same prompts, the same budget, and bounded strings kept to valid JSON characters."""
+    if kind == "json_schema":
+        import xgrammar  # comes with vLLM
+
+        from veracity.models.decoding import json_schema_grammar  # lazy: torch and transformers
+
+        name, value = "grammar", json_schema_grammar(xgrammar, spec)
+    else:
+        name, value = kind, json.loads(spec) if kind == "choice" else spec
     try:
         from vllm.sampling_params import StructuredOutputsParams  # lazy: vLLM is optional (see __init__)
 
-        # Compact JSON, as the transformers engine's grammar writes it: vLLM's JSON grammar otherwise allows free
-        # whitespace between tokens, and a budget sized for the compact answer (infer.structured) could cut it.
-        compact = {"disable_any_whitespace": True} if kind == "json_schema" else {}
-        return {"structured_outputs": StructuredOutputsParams(**{name: value}, **compact)}
+        return {"structured_outputs": StructuredOutputsParams(**{name: value})}
     except ImportError:
         from vllm.sampling_params import GuidedDecodingParams
 

@@ -39,7 +39,7 @@ def pipeline_formats() -> list[tuple[str, list[dict[str, str]], dict[str, Any], 
     """``(name, messages, constraint + budget, parse)`` for R2VC, AIC, SciClaimSeekers' rerank, the UTS/M4 judge and
     Ev²R: ``parse(text)`` is None when the answer does not parse. Bounds kept small (a 135M model on one core)."""
     from veracity.infer.eval.citation_judge import DEFAULT_JUDGE_PROMPT, VERDICT_CHOICES, parse_verdict
-    from veracity.infer.eval.ev2r import JUDGE_BUDGET, JUDGE_SCHEMA, parse_judge_counts
+    from veracity.infer.eval.ev2r import JUDGE_BUDGET, JUDGE_SCHEMA
     from veracity.infer.pipelines.aic import prompt as aic
     from veracity.infer.pipelines.r2vc import prompt as r2vc
     from veracity.infer.pipelines.sciclaimseekers.prompt import SCORE_MAX_NEW_TOKENS, SCORE_REGEX, parse_score
@@ -60,6 +60,17 @@ def pipeline_formats() -> list[tuple[str, list[dict[str, str]], dict[str, Any], 
         ("uts_judge", [{"role": "user", "content": DEFAULT_JUDGE_PROMPT.format(statement=CLAIM,
                                                                                evidence=PASSAGES[0])}],
          {"choice": VERDICT_CHOICES, "max_new_tokens": choice_budget(VERDICT_CHOICES)}, parse_verdict),
-        ("ev2r", user, {"json_schema": schema_text(JUDGE_SCHEMA), "max_new_tokens": JUDGE_BUDGET},
-         lambda text: parse_judge_counts(text)[0]),
+        ("ev2r", user, {"json_schema": schema_text(JUDGE_SCHEMA), "max_new_tokens": JUDGE_BUDGET}, _ev2r_counts),
     ]
+
+
+def _ev2r_counts(text: str) -> dict[str, Any] | None:
+    """Ev²R's answer as the schema admits it: the four counts, read by the judge's parser, which also refuses a support
+    count above its facts count — a rule between two fields that no JSON schema states (the judge retries such a
+    claim), and that a 135M model sampling at temperature 1 breaks."""
+    import json
+
+    from veracity.infer.eval.ev2r import parse_judge_counts
+
+    counts, error = parse_judge_counts(text)
+    return counts if error != "schema: a support count exceeds its facts count" else json.loads(text)
