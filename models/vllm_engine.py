@@ -16,6 +16,7 @@ import gc
 import json
 import logging
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -143,10 +144,12 @@ def _modules_vllm_cannot_scan() -> Iterator[None]:
     pipeline that retrieves hit this with ``--engine vllm`` (seen here, ``infer r2vc``). The hidden modules stay
     loaded (their objects live on) and are put back after."""
     hidden = {}
-    for name, module in list(sys.modules.items()):
-        namespace = getattr(module, "__dict__", None)
-        if isinstance(namespace, dict) and any(_unreadable(value) for value in list(namespace.values())):
-            hidden[name] = module
+    with warnings.catch_warnings():  # reading some attributes warns (torch.distributed.reduce_op is deprecated)
+        warnings.simplefilter("ignore")
+        for name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None)
+            if isinstance(namespace, dict) and any(_unreadable(value) for value in list(namespace.values())):
+                hidden[name] = module
     for name in hidden:
         del sys.modules[name]
     if hidden:
