@@ -278,7 +278,7 @@ class EngineConfig:
     device: str = field(default="auto", metadata={"help": DEVICE_HELP + " The generator (transformers engine) and "
                                                           "the job's other models: verifier, encoders, rerankers."})
     vllm_args: str | None = field(default=None, metadata={
-        "help": "vllm engine: a JSON object of further vllm.LLM arguments, e.g. '{\"max_model_len\": 1024, "
+        "help": "vllm engine: a JSON object of further vllm.LLM arguments, e.g. '{\"max_model_len\": 2048, "
                 "\"enforce_eager\": true}' on a CPU, '{\"tensor_parallel_size\": 2}' on two GPUs."})
 
     def __post_init__(self) -> None:
