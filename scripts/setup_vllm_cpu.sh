@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# vLLM on this CPU, in its own environment (.venv-vllm): the `server` tests (tests/test_vllm_real.py) and the
+# vLLM on this CPU, in its own environment (.venv-vllm): the `server` tests (tests/test_vllm_*.py) and the
 # engines bench run in it. Idempotent: a second run only checks. Usage: bash scripts/setup_vllm_cpu.sh
 # Then: .venv-vllm/bin/python -m pytest -m server        (docs/engines.md#vllm-on-cpu)
 #

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,12 @@ def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tiny_models import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """vLLM's real server on loopback for the ``server`` tests (one per session): its ``/v1`` URL; stopped by pid."""
+    from vllm_real import need_vllm, serve
+
+    need_vllm()
+    yield from serve(tmp_path_factory.mktemp("vllm"))

@@ -103,15 +103,25 @@ def test_a_server_that_refuses_the_schema_leaves_constrained_false_in_the_run_re
     record = _run_config(out)
     assert record["decoding"] == {"constrained": False, "server": "vllm",
                                   "logprob_definition": "model_t1_renormalised_over_allowed"}
-    assert stub.seen[0]["structured_outputs"] == {"json": SCHEMA, "disable_any_whitespace": True}
+    assert stub.seen[0]["structured_outputs"] == {"grammar": _grammar(SCHEMA)}
     assert ["structured_outputs" in b for b in stub.seen] == [True, False, False, False], \
         "refused once (a 400, not retried), then every request without it"
     predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [p["result"]["candidates"][0]["parsed"] for p in predictions] == [{"label": "REFUTES"}] * 3
 
 
+def _grammar(schema: dict) -> str:
+    """What vLLM is sent for a JSON schema: the transformers engine's own grammar of its compact JSON (vLLM's own
+    JSON grammar writes free whitespace or other separators; models/vllm_engine.py)."""
+    import xgrammar
+
+    from veracity.models.decoding import json_schema_grammar
+
+    return json_schema_grammar(xgrammar, json.dumps(schema))
+
+
 @pytest.mark.parametrize(("option", "value", "field"), [
-    ("--json_schema", SCHEMA, {"json": SCHEMA, "disable_any_whitespace": True}),
+    ("--json_schema", SCHEMA, None),  # the grammar of the schema (_grammar)
     ("--regex", "(yes|no)", {"regex": "(yes|no)"}),
     ("--choice", ["yes", "no"], {"choice": ["yes", "no"]}),
 ])
@@ -123,9 +133,10 @@ def test_raw_prompts_carry_their_constraint_to_vllm(tmp_path: Path, option: str,
     else:
         args = [option, *(value if isinstance(value, list) else [value])]
     rows = [{"id": "p1", "prompt": "Q: is it? A:"}]
-    with openai_stub(Stub(answer=lambda body: '{"label": "SUPPORTS"}' if "json" in str(body) else "yes")) as stub:
+    with openai_stub(Stub(answer=lambda body: '{"label": "SUPPORTS"}' if "label" in str(body) else "yes")) as stub:
         out = _generate(tmp_path, stub, rows, "--server", "vllm", *args)
         plain = _generate(tmp_path, stub, rows, "--server", "ollama", *args, name="ollama")
+    field = field or {"grammar": _grammar(value)}
     assert stub.paths[0].endswith("/v1/completions") and stub.seen[0]["structured_outputs"] == field
     assert _run_config(out)["decoding"]["constrained"] is True
     assert "structured_outputs" not in stub.seen[1], "Ollama reads no constraint on /v1/completions"

@@ -3,6 +3,7 @@ install on CPU machines; the real engine is the gpu-marked test in test_openai_e
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -202,3 +203,98 @@ def test_deferred_loading_builds_the_llm_on_first_use(tiny_lm_dir: Path, monkeyp
     assert len(built) == 2
     VLLMEngine(str(tiny_lm_dir))
     assert len(built) == 3, "built at construction outside deferred_loading"
+
+
+def _fake_vllm(monkeypatch: pytest.MonkeyPatch, built: list[dict[str, Any]]) -> None:
+    """A stand-in ``vllm`` package: ``LLM`` records its arguments, ``StructuredOutputsParams`` its fields."""
+    import sys
+    from types import ModuleType
+
+    def llm(**kwargs: Any) -> RecordingLLM:
+        built.append(kwargs)
+        return RecordingLLM()
+
+    fake, sampling = ModuleType("vllm"), ModuleType("vllm.sampling_params")
+    fake.LLM, fake.SamplingParams = llm, FakeSampling
+    sampling.StructuredOutputsParams = lambda **fields: fields
+    fake.sampling_params = sampling
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling)
+
+
+def test_a_schema_goes_to_vllm_as_the_transformers_engines_grammar(tiny_lm_dir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.32 ignores a request's disable_any_whitespace (seen on the real vLLM: Ev²R's counts came back with
+    newlines between keys and ran past their budget) and, made compact engine-wide, writes "," and ":" where the
+    budgets and training targets have ", " and ": ": a schema goes as the transformers engine's own grammar. Built
+    through make_engine, where --vllm_args adds the user's LLM arguments."""
+    import xgrammar
+
+    from veracity.models.decoding import grammar_accepts, json_schema_grammar
+    from veracity.models.engine import EngineConfig, make_engine
+
+    built: list[dict[str, Any]] = []
+    _fake_vllm(monkeypatch, built)
+    engine = make_engine(EngineConfig(engine="vllm", model=str(tiny_lm_dir), dtype="float32",
+                                      vllm_args='{"max_model_len": 1024, "enforce_eager": true}'))
+    assert built == [{"model": str(tiny_lm_dir.resolve()), "dtype": "float32", "max_model_len": 1024,
+                      "enforce_eager": True}]
+    schema = json.dumps({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
+                                                          "b": {"type": "string", "maxLength": 3}},
+                         "required": ["a", "b"], "additionalProperties": False})
+    q = [{"role": "user", "content": "q"}]
+    engine.generate([GenerationRequest.chat(q, json_schema=schema), GenerationRequest.chat(q, regex="[0-9]"),
+                     GenerationRequest.chat(q, choice=("yes", "no"))])
+    (_, _, params), = engine.llm.calls
+    assert [p.structured_outputs for p in params] == [{"grammar": json_schema_grammar(xgrammar, schema)},
+                                                      {"regex": "[0-9]"}, {"choice": ["yes", "no"]}]
+    assert grammar_accepts("json_schema", schema, '{"a": 1, "b": "xy"}')
+    assert not grammar_accepts("json_schema", schema, '{"a":1,"b":"xy"}')
+    assert not grammar_accepts("json_schema", schema, '{"a": 1,\n "b": "xy"}')
+
+@pytest.mark.parametrize("bad", ["{max_model_len: 1}", "[1024]"])
+def test_vllm_args_must_be_a_json_object(bad: str) -> None:
+    from veracity.models.engine import EngineConfig
+
+    with pytest.raises(ValueError, match="vllm_args"):
+        EngineConfig(engine="vllm", vllm_args=bad)
+
+
+class _FunctionWrapper:
+    __slots__ = ()
+
+
+class _AnswersAnything:
+    """Like llvmlite's ``ffi.lib``: any attribute is a function wrapper (``__dict__`` too), so ``vars()`` gives one."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> _FunctionWrapper:
+        return _FunctionWrapper()
+
+
+def test_the_llm_starts_with_a_module_vllms_scan_cannot_read(tiny_lm_dir: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.32's CPU worker reads vars(value).get("kernel") of every attribute of every loaded module at start-up;
+    with llvmlite loaded (numba, which bm25s imports) that raised and `infer r2vc --engine vllm` could not start
+    (seen here). Such a module is out of sys.modules while the LLM starts, and back after."""
+    import sys
+    from types import ModuleType
+
+    def scanning_llm(**kwargs: Any) -> RecordingLLM:  # what vllm.triton_utils.dispatcher._rebind_kernels does
+        for module in list(sys.modules.values()):
+            for value in list(getattr(module, "__dict__", {}).values()):
+                if hasattr(value, "__dict__"):
+                    vars(value).get("kernel")
+        return RecordingLLM()
+
+    lib = ModuleType("fake_llvmlite_ffi")
+    lib.lib = _AnswersAnything()
+    monkeypatch.setitem(sys.modules, "fake_llvmlite_ffi", lib)
+    with pytest.raises(AttributeError, match="'_FunctionWrapper' object has no attribute 'get'"):
+        scanning_llm()
+    _fake_vllm(monkeypatch, [])
+    sys.modules["vllm"].LLM = scanning_llm
+    engine = VLLMEngine(str(tiny_lm_dir))
+    assert engine.generate([GenerationRequest.chat([{"role": "user", "content": "q"}])])[0].ok
+    assert sys.modules["fake_llvmlite_ffi"] is lib, "put back"

@@ -4,68 +4,32 @@ free port and stopped by its pid (``-m server``: .venv-vllm; issue 45)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
+import threading
 import time
-import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 import yaml
-from vllm_real import LLM_KWARGS, VLLM_ENV, embedded_folder, need_vllm, pipeline_formats
+from vllm_real import SERVED_NAME as NAME
+from vllm_real import need_vllm, pipeline_formats
 
 from veracity.models.engine import LOGPROB_DEFINITION, GenerationRequest
 from veracity.models.openai_engine import OpenAIEngine
+from veracity.models.vllm_server import free_port
 
 pytestmark = pytest.mark.server
 need_vllm()
 
-NAME = "smollm2"
 HELLO = [{"role": "user", "content": "Name a colour."}]
-START_SECONDS = 300  # ≈ 1 min alone on this CPU; more while other work shares its two cores
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("vllm") / "server.log"
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(embedded_folder()),
-               "--served-model-name", NAME, "--dtype", "float32", "--max-model-len", str(LLM_KWARGS["max_model_len"]),
-               "--enforce-eager", "--host", "127.0.0.1", "--port", str(port)]
-    env = {**os.environ, **VLLM_ENV}
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")  # the server runs its engine core in its own process
-    with open(log_path, "w") as log:
-        # its own process group: the server's engine-core children are stopped with it
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + START_SECONDS
-        while True:
-            try:
-                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"vLLM's server did not come up: {log_path.read_text()[-3000:]}")
-            time.sleep(1)
-        yield f"{url}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the group this fixture started
-            proc.wait(timeout=10)
+def server(vllm_server: str) -> str:
+    return vllm_server  # one server for the session (tests/conftest.py), shared with tests/test_vllm_r2vc.py
 
 
 @pytest.fixture(scope="module")
@@ -102,20 +66,78 @@ def test_a_raw_prompt_with_a_schema(engine: OpenAIEngine) -> None:
     assert result.ok and all(set(json.loads(c.text)) == {"colour"} for c in result.candidates), result
 
 
-def test_a_schema_the_server_refuses_leaves_the_run_unconstrained(server: str, tmp_path: Path) -> None:
+def test_a_constraint_the_server_refuses_leaves_the_run_unconstrained(server: str, tmp_path: Path) -> None:
+    """vLLM answers 400 to a regex with a NUL character ("structured_outputs.regex must not contain a NUL
+    character"): the request goes again without it, answers, and the run record ends constrained: false. (A schema
+    is sent as the transformers engine's grammar, which vLLM compiles as it is.)"""
     from veracity.infer import generate
 
-    # uniqueItems: "features not supported by xgrammar" (vLLM answers 400)
-    schema = {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "integer"},
-                                                       "uniqueItems": True, "maxItems": 2}},
-              "required": ["ids"], "additionalProperties": False}
-    (tmp_path / "s.json").write_text(json.dumps(schema))
     (tmp_path / "in.jsonl").write_text(json.dumps({"id": "a", "messages": HELLO}) + "\n")
     generate.main(["--input", str(tmp_path / "in.jsonl"), "--output_dir", str(tmp_path / "out"),
                    "--engine", "openai", "--model", NAME, "--base_url", server, "--server", "vllm",
-                   "--json_schema", str(tmp_path / "s.json"), "--max_new_tokens", "8",
+                   "--regex", "[a-z]+\x00", "--max_new_tokens", "8",
                    "--progress", "false", "--cache", str(tmp_path / "c.sqlite")])
     record = yaml.safe_load((tmp_path / "out" / "run_config.yaml").read_text())
     assert record["decoding"]["constrained"] is False
     (line,) = (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()
-    assert json.loads(line)["status"] == "ok", "answered without the schema"
+    assert json.loads(line)["status"] == "ok", "answered without the constraint"
+
+
+@contextmanager
+def _relay(port: int, target: int, after: float) -> Iterator[None]:
+    """Loopback ``port`` forwarded to ``target`` from ``after`` seconds on; before that nothing listens there
+    (connection refused): a server that is briefly down. Stopped on exit."""
+    stop = threading.Event()
+    listener = socket.socket()
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            b.close()
+
+    def serve() -> None:
+        if stop.wait(after):
+            return
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", target))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=5)
+
+
+def test_retries_while_the_server_is_briefly_down(server: str) -> None:
+    """Connection refused for 3 s, then vLLM's server answers: the SDK's retries (0.5 s doubling, jitter) carry the
+    request over; a server that stays down is an error result after max_retries + 1 attempts, bounded in time."""
+    target, port = urlparse(server).port, free_port()
+    ask = [GenerationRequest.chat(HELLO, max_new_tokens=8)]
+    engine = OpenAIEngine(NAME, base_url=f"http://127.0.0.1:{port}/v1", server="vllm", max_retries=6, timeout=60)
+    with _relay(port, target, after=3.0):
+        start = time.monotonic()
+        (result,) = engine.generate(ask)
+        waited = time.monotonic() - start
+    assert result.ok and result.candidates[0].text and result.candidates[0].token_logprobs, result
+    assert 3.0 <= waited < 60, waited
+    down = OpenAIEngine(NAME, base_url=f"http://127.0.0.1:{free_port()}/v1", server="vllm", max_retries=2)
+    start = time.monotonic()
+    (failed,) = down.generate(ask)
+    assert failed.error and failed.error.startswith("server_error after 3 attempts") and "Connection" in failed.error
+    assert time.monotonic() - start < 10
