@@ -18,8 +18,9 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
                  "TRANSFORMERS_NO_ADVISORY_WARNINGS", "TOKENIZERS_PARALLELISM"):
         monkeypatch.delenv(name, raising=False)  # restored after the test: quiet mode sets them
     # through the command, as a person runs it: quiet by default
-    cli.main(["demo", "--data_root", str(data_root), "--output_dir", str(tmp_path / "demo"), "--sft_steps", "1",
-              "--nli_quick_steps", "1"])
+    argv = ["demo", "--data_root", str(data_root), "--output_dir", str(tmp_path / "demo"), "--sft_steps", "1",
+            "--nli_quick_steps", "1", "--dpo_steps", "1"]
+    cli.main(argv)
     captured = capsys.readouterr()
     out = captured.out
     # what a person sees fits on a few screens: stage headers and tables, no third-party bars or warnings
@@ -28,7 +29,7 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
                   "UserWarning"):
         assert noise not in captured.err, noise
     for stage in ("== 1. data preparation", "== 2. embedded models", "== 3. retrieval", "== 4. offline batch",
-                  "== 5. training", "== 6. R2VC"):
+                  "== 5. training", "== 6. R2VC", "== 7. DPO", "== 8. AIC, SciClaimSeekers and UTS", "== 9. "):
         assert stage in out
     assert (tmp_path / "demo" / "run_config.yaml").exists()
     assert json.loads((tmp_path / "demo" / "prep" / "manifest.json").read_text())["outputs"]
@@ -54,8 +55,26 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     full = [json.loads(line) for line in full_records]
     generated = [c for r in full for c in r["result"]["candidates"] if c["from"] == "generator"]
     assert generated and all(c["label"] is not None for c in generated)  # the generator's answers parse
+    # the DPO smoke step trains a fresh LoRA on the SFT model of stage 5
+    assert (tmp_path / "demo" / "dpo" / "adapter" / "adapter_model.safetensors").exists()
+    assert "DPO adapter (a 1-step smoke run of the recipe" in out
+    # the closing table: one row per pipeline run, its headline metric a number, its report on disk
+    table = out.split("== 9. ")[1]
+    lines = [line.split(" | ") for line in table.splitlines() if line.startswith("| ")]
+    rows = {cells[0].strip("| "): cells for cells in lines}
+    for pipeline, folder, metric in (("R2VC (full)", "r2vc/full", "accuracy"),
+                                     ("R2VC (nli_only)", "r2vc/nli_only", "accuracy"),
+                                     ("AIC", "aic", "old AVeriTeC score"),
+                                     ("SciClaimSeekers", "sciclaimseekers", "MRR@5"), ("UTS", "uts", "M4")):
+        cells = rows[pipeline]
+        report = tmp_path / "demo" / folder / "report.html"
+        assert cells[2] == metric and 0.0 <= float(cells[3]) <= 1.0, cells
+        assert cells[-1].strip(" |") == str(report) and report.exists(), cells
+    assert json.loads((tmp_path / "demo" / "uts" / "m4" / "metrics.json").read_text())["n"] > 0
+    assert "R2VC: the full pipeline" in table  # the line that says what the R2VC rows mean
     # the next run reuses every finished step (same models, same settings: the resume checks let it through)
-    cli.main(["demo", "--data_root", str(data_root), "--output_dir", str(tmp_path / "demo"), "--sft_steps", "1",
-              "--nli_quick_steps", "1"])
-    again = capsys.readouterr().out.split("== 6. R2VC")[1]
-    assert again.count(" already done, 0 processed") == 4  # two calibrator simulations, full, nli_only
+    cli.main(argv)
+    again = capsys.readouterr().out
+    r2vc_again = again.split("== 6. R2VC")[1].split("== 7. DPO")[0]
+    assert r2vc_again.count(" already done, 0 processed") == 4  # two calibrator simulations, full, nli_only
+    assert again.split("== 8. ")[1].count(" already done, 0 processed") == 3  # AIC, SciClaimSeekers, UTS

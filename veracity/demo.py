@@ -15,7 +15,10 @@ FEVER-Symmetric and VitaminC dev splits: the calibrator fit on a calib slice, th
 ablation, written to ``<output_dir>/r2vc/`` like any ``veracity infer r2vc`` run. The generator is the merged SFT
 model of ``configs/train/sft_lora_smollm2_cpu.yaml`` when ``runs/train/sft_smollm2/merged`` exists, else the base
 SmolLM2 (decoding constrained to the answer's schema, so its answers parse; whether they are right is another
-matter). Finished steps are reused.
+matter); (7) the DPO smoke step: a few steps of ``configs/train/dpo_lora_smollm2_cpu.yaml`` on the SFT adapter of
+stage 5; (8) AIC, SciClaimSeekers and UTS on a few items each, their scorers and reports
+(:mod:`veracity.demo_tour`); (9) one table of every pipeline's headline metric and the path of each report.
+Finished steps are reused.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from veracity.data_prep.prepare import PrepConfig, format_summary, prepare
 from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.readers import read_jsonl
 from veracity.data_prep.schema import TERNARY_LABELS
+from veracity.demo_tour import headline_table, r2vc_headlines, stage_dpo, stage_pipelines, verdict_line
 from veracity.infer.checkpoint_eval import main as evaluate_checkpoint
 from veracity.infer.eval.r2vc import table_cell
 from veracity.infer.generate import main as generate
@@ -61,7 +65,14 @@ class DemoConfig:
     sft_steps: int = field(default=2, metadata={"help": "Steps of the embedded SFT recipe in stage 5."})
     nli_quick_steps: int = field(default=20, metadata={"help": "Steps of the quick verifier if none is cached."})
     r2vc_examples: int = field(default=16, metadata={"help": "Dev claims per source in the R2VC stage."})
-    r2vc_calib_examples: int = field(default=24, metadata={"help": "Calib claims per source the calibrator fits on."})
+    r2vc_calib_examples: int = field(default=24, metadata={
+        "help": "Calib claims per source for the full pipeline's calibrator (the generator samples each)."})
+    r2vc_nli_calib_examples: int = field(default=150, metadata={
+        "help": "Calib claims per source the NLI-only calibrator is simulated on (the verifier alone: cheap)."})
+    dpo_steps: int = field(default=2, metadata={"help": "Steps of the embedded DPO recipe in stage 7."})
+    aic_examples: int = field(default=2, metadata={"help": "AVeriTeC dev claims through AIC in stage 8."})
+    sciclaim_examples: int = field(default=10, metadata={"help": "Climate-FEVER dev posts through SciClaimSeekers."})
+    uts_examples: int = field(default=2, metadata={"help": "AVeriTeC Task 3 dev items through UTS in stage 8."})
     generator: str = field(default="runs/train/sft_smollm2/merged", metadata={
         "help": "R2VC generator; the base embedded model when this folder does not exist."})
 
@@ -168,7 +179,7 @@ def stage_train(config: DemoConfig) -> None:
     print(f"-> verifier metrics in {out / 'nli_eval'}\n")
 
 
-def stage_r2vc(config: DemoConfig) -> None:
+def stage_r2vc(config: DemoConfig) -> dict[str, dict[str, Any]]:
     out = Path(config.output_dir)
     recipes = Path(__file__).resolve().parents[1] / "configs"
     generator = config.generator if (Path(config.generator) / "config.json").exists() else "embedded"
@@ -177,13 +188,16 @@ def stage_r2vc(config: DemoConfig) -> None:
     common = ["--prepared_dir", str(out / "prep"), "--model", generator, "--n_candidates", "2",
               "--rationale_max_chars", "80", "--cache", str(out / "r2vc" / "cache.sqlite"), "--progress", "false"]
     calibrators = {}
-    for name, recipe in (("full", "calibrator_r2vc_embedded.yaml"), ("nli_only", "calibrator_r2vc_nli_only.yaml")):
+    # the NLI-only features are the verifier's alone (milliseconds a claim): its calibrator fits on many calib claims;
+    # the full pipeline's needs the generator's candidates on each (seconds a claim), so it fits on fewer
+    fits = (("full", "calibrator_r2vc_embedded.yaml", config.r2vc_calib_examples),
+            ("nli_only", "calibrator_r2vc_nli_only.yaml", config.r2vc_nli_calib_examples))
+    for name, recipe, examples in fits:
         calibrator_dir = out / "r2vc" / f"calibrator_{name}"  # each recipe its own: the features differ
         try:
             train_calibrator(["--config", str(recipes / "train" / recipe), *common,
                               "--calibrator_dir", str(calibrator_dir),
-                              "--max_examples", str(config.r2vc_calib_examples), "--sources", "fever_symmetric",
-                              "vitaminc"])
+                              "--max_examples", str(examples), "--sources", "fever_symmetric", "vitaminc"])
             calibrators[name] = str(calibrator_dir / "calibrator.json")
         except ValueError as error:  # a data root too small to fit and hold out (the tests' hand-made one)
             print(f"no {name} calibrator ({error}): candidates ranked by s_ver")
@@ -202,6 +216,7 @@ def stage_r2vc(config: DemoConfig) -> None:
         print(f"-> {summary['report_html']} (open in a browser: each claim, its evidence, candidates and decision); "
               f"report.md, metrics.json, predictions.jsonl and the plots beside it")
     print()
+    return runs
 
 
 def make_parser() -> Any:
@@ -223,5 +238,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("== 5. training (training sets, SFT smoke run, 8B dry run, NLI verifier)")
         stage_train(config)
         print("== 6. R2VC: candidates, verifier signals, calibrator, two-stage abstention")
-        stage_r2vc(config)
+        r2vc_runs = stage_r2vc(config)
+        print("== 7. DPO smoke run (the embedded recipe on the SFT model)")
+        stage_dpo(Path(config.output_dir), config.dpo_steps)
+        print("== 8. AIC, SciClaimSeekers and UTS (a few items each, scored, with their reports)")
+        rows = stage_pipelines(Path(config.output_dir), config.aic_examples, config.sciclaim_examples,
+                               config.uts_examples)
+        print("== 9. every pipeline's headline metric (a few items each: the path working, not the numbers)\n")
+        print(headline_table([*r2vc_headlines(r2vc_runs), *rows]))
+        print(f"\n{verdict_line(r2vc_runs)}\n")
     print(f"demo finished; everything is under {config.output_dir}")
