@@ -15,6 +15,26 @@ from typing import Any
 VLLM_SCHEMA_REFUSAL = "The provided JSON schema contains features not supported by xgrammar."
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any,
+              headers: dict[str, str] | None = None) -> None:
+    """Answer ``handler``'s request with ``payload`` as JSON (and any extra ``headers``)."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def serve_on_loopback(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """``handler`` served on a free 127.0.0.1 port from a daemon thread (the caller shuts it down)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 @dataclass
 class Stub:
     answer: Callable[[dict[str, Any]], str] = lambda body: "yes"
@@ -48,18 +68,12 @@ def openai_stub(stub: Stub) -> Iterator[Stub]:
                     "model": body["model"], "choices": [{"index": i, "finish_reason": "stop", **choice}
                                                         for i in range(n)],
                     "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8}}
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, payload)
 
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_on_loopback(Handler)
     stub.url = f"http://127.0.0.1:{server.server_port}/v1"
     try:
         yield stub

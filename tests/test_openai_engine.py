@@ -12,10 +12,11 @@ import sys
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from openai_stub import send_json, serve_on_loopback
 
 from veracity.models.engine import EngineError, GenerationRequest
 from veracity.models.openai_engine import OpenAIEngine
@@ -136,21 +137,12 @@ def _stub(script: Script):
                                      "type": "invalid_request_error"}}
             else:
                 payload = {"error": {"message": f"status {status}", "type": "x"}}
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, payload, headers)
 
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_on_loopback(Handler)
 
 
 @pytest.mark.parametrize(("statuses", "ok", "attempts"), [
