@@ -2,9 +2,9 @@
 # Every R2VC table of docs/results.md, measured in one go on the embedded models: the calibrators on the whole calib
 # split (not a pipeline run), then the ablation recipes (configs/ablations/r2vc*.yaml, `veracity infer ablate`: each
 # row a `veracity infer r2vc` run, each recipe one table). From a fresh clone it first makes what the tables need and
-# is missing: `veracity prep` and the training sets, the embedded verifier (scripts/train_verifier.sh, ≈ 1 h: the
-# pre-built fallback of ../shared/models was trained on the pre-fix splits, which put dev claims in its training
-# data), and the SFT / DPO generators of docs/training.md#sft-and-dpo (runs/train/{sft,dpo}_smollm2/merged, ≈ 36 min).
+# is missing: `veracity prep` and the training sets, the embedded verifier (scripts/train_verifier.sh, ≈ 1 h, only
+# when the registry resolves none: the pre-built fallback of ../shared/models is this recipe's output on the train
+# split, see its README), and the SFT / DPO generators of docs/training.md#sft-and-dpo (runs/train/{sft,dpo}_smollm2/merged, ≈ 36 min).
 # Measured here: 58-100 min without generators or caches (the verifier in place), 2 min after a verifier change.
 # Generation is cached (runs/cache/r2vc_embedded.sqlite): the ablations replay the full run's candidates and only
 # re-decide, so a rerun after a verifier change costs the verifier and the calibrators, not the generator (move the
@@ -21,8 +21,8 @@ n_ckpt=${N_CKPT:-20}  # claims per source for the generator checkpoints
 
 [ -f runs/prep/manifest.json ] || "$veracity" prep
 [ -f runs/prep/training/manifest.json ] || "$veracity" prep training-sets  # written last
-# the verifier of docs/results.md: its phase-2 run here (which installed it); any other installed one is not it
-[ -f runs/train/nli_l12_phase2/COMPLETED ] || bash scripts/train_verifier.sh
+# the verifier of docs/results.md: the installed one, else the pre-built fallback; trained here only when neither exists
+"$veracity" models resolve nli_verifier >/dev/null 2>&1 || bash scripts/train_verifier.sh
 if [ ! -f runs/train/sft_smollm2/merged/config.json ]; then
   "$veracity" train sft --config configs/train/sft_lora_smollm2_cpu.yaml
   "$veracity" train merge --adapter runs/train/sft_smollm2/adapter --output_dir runs/train/sft_smollm2/merged
