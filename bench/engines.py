@@ -196,13 +196,10 @@ def served(args: argparse.Namespace, folder: Path, prepared: str) -> dict[str, A
 
     if args.base_url:
         return measure(args.base_url, args.served_model)
-    from veracity.models.vllm_server import vllm_server
+    from veracity.models.vllm_server import server_flags, vllm_server
 
     options = json.loads(args.vllm_args)
-    extra = []  # the LLM arguments as api_server flags: {"enforce_eager": true} -> --enforce-eager
-    for key, value in options.items():
-        if key != "max_model_len" and value is not False:
-            extra += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    extra = server_flags({key: value for key, value in options.items() if key != "max_model_len"})
     with tempfile.TemporaryDirectory() as tmp, vllm_server(
             folder, SERVED_NAME, Path(tmp) / "server.log", dtype=args.dtype,
             max_model_len=options.get("max_model_len"), extra_args=extra) as url:

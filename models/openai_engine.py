@@ -69,6 +69,11 @@ ENFORCES: dict[str, frozenset[str]] = {
 CONSTRAINT_WORDS = ("response_format", "json_schema", "json schema", "structured output", "grammar", "regex")
 # Servers whose log-probabilities follow LOGPROB_DEFINITION (vLLM computes them after its grammar mask, at T = 1).
 SAME_LOGPROBS = frozenset({"vllm"})
+# What a vLLM server request sets so that it samples as the other engines do (temperature and top-p only): a field a
+# request leaves out takes the value of the model's generation_config.json (vLLM's --generation-config auto), and a
+# repetition penalty or top-k there would change the answers and the distribution the log-probs come from.
+VLLM_PLAIN_SAMPLING = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                       "frequency_penalty": 0.0}
 
 
 class OpenAIEngine(Engine):
@@ -164,7 +169,7 @@ class OpenAIEngine(Engine):
                                       max_tokens=p.max_new_tokens, stop=list(p.stop) or None)
         if seed is not None:
             common["seed"] = seed
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = dict(VLLM_PLAIN_SAMPLING) if self.server == "vllm" else {}
         if self.send_generation_config:
             config = {"do_sample": p.temperature > 0, "max_new_tokens": p.max_new_tokens}
             if p.temperature > 0:

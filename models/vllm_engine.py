@@ -56,7 +56,7 @@ class VLLMEngine(Engine):
                     from error
             if llm is None:
                 def make_llm() -> Any:
-                    return vllm.LLM(model=str(self.folder), dtype=dtype, **llm_kwargs)
+                    return vllm.LLM(model=str(self.folder), dtype=dtype, **{**platform_defaults(), **llm_kwargs})
             sampling_params = sampling_params or vllm.SamplingParams
         self._llm, self._make_llm, self._sampling_params = llm, make_llm, sampling_params
         self._structured = structured or _vllm_structured
@@ -131,6 +131,20 @@ class VLLMEngine(Engine):
     def _complete(self, batch: list[GenerationRequest]) -> list[Any]:
         return self.llm.generate([r.prompt for r in batch], [self.sampling(r.params) for r in batch],
                                  use_tqdm=False)
+
+
+def platform_defaults() -> dict[str, Any]:
+    """vLLM arguments this platform needs unless the caller sets them: on vLLM's CPU platform, whole prefills
+    (``enable_chunked_prefill=False``; vLLM then batches up to ``max_model_len`` tokens a step).
+
+    A chunked prefill samples a token and throws it away; for a seeded request vLLM 0.32 then rewinds the request's
+    generator (``gen.set_offset(gen.get_offset() - 4)``, ``v1/worker/gpu_model_runner.py``), which a CPU
+    ``torch.Generator`` refuses: "CPU Generator does not use offset". Every batch with a seed whose prompts did not
+    fit one step failed so (R2VC's seeded candidates, 24 claims), and the one-by-one retry took minutes. Whole
+    prefills never discard a token. ``models/vllm_server.py`` gives a CPU server the same flag."""
+    from vllm.platforms import current_platform
+
+    return {"enable_chunked_prefill": False} if current_platform.is_cpu() else {}
 
 
 @contextmanager

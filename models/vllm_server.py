@@ -18,6 +18,20 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from veracity.models.vllm_engine import platform_defaults
+
+
+def server_flags(options: dict[str, Any]) -> list[str]:
+    """vLLM arguments as ``api_server`` flags: ``{"enforce_eager": True}`` -> ``--enforce-eager``,
+    ``{"enable_chunked_prefill": False}`` -> ``--no-enable-chunked-prefill``, ``{"max_num_seqs": 8}`` ->
+    ``--max-num-seqs 8``."""
+    flags = []
+    for key, value in options.items():
+        flag = f"--{key.replace('_', '-')}"
+        flags += [flag] if value is True else [f"--no-{flag[2:]}"] if value is False else [flag, str(value)]
+    return flags
 
 
 def free_port() -> int:
@@ -51,6 +65,8 @@ def vllm_server(folder: str | Path, name: str, log_path: Path, *, dtype: str = "
                "--served-model-name", name, "--dtype", dtype, *extra_args, "--host", "127.0.0.1", "--port", str(port)]
     if max_model_len is not None:  # else the model's own context
         command += ["--max-model-len", str(max_model_len)]
+    if not any("chunked-prefill" in arg for arg in extra_args):
+        command += server_flags(platform_defaults())
     server_env = dict(os.environ if env is None else env)
     server_env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     with open(log_path, "w") as log:

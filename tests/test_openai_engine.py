@@ -305,6 +305,17 @@ def test_constraints_reach_each_server_in_its_own_field(server: str, request_kwa
     assert engine.decoding([kind])["constrained"] is constrained
 
 
+def test_a_vllm_server_samples_without_the_models_generation_config_processors() -> None:
+    """vLLM's server fills each sampling field a request leaves out from the model's generation_config.json (a
+    repetition penalty, a top-k): sent as neutral, so served answers sample like the in-process ones."""
+    _, body = _one_request({"server": "vllm"}, GenerationRequest.chat(HELLO, n=2, temperature=0.7, seed=3))
+    assert {k: body[k] for k in ("top_k", "min_p", "repetition_penalty", "presence_penalty",
+                                 "frequency_penalty")} == {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
+                                                           "presence_penalty": 0.0, "frequency_penalty": 0.0}
+    _, body = _one_request({"server": "ollama"}, GenerationRequest.chat(HELLO))
+    assert "repetition_penalty" not in body and "top_k" not in body
+
+
 def test_a_server_not_known_to_enforce_is_reported_unconstrained() -> None:
     """transformers serve answers 200 and ignores response_format: accepting the field proves nothing."""
     for server in ("unknown", "transformers"):

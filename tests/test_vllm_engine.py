@@ -191,6 +191,7 @@ def test_deferred_loading_builds_the_llm_on_first_use(tiny_lm_dir: Path, monkeyp
     fake = ModuleType("vllm")
     fake.LLM, fake.SamplingParams = llm, FakeSampling
     monkeypatch.setitem(sys.modules, "vllm", fake)
+    _fake_platform(monkeypatch, cpu=False)
     with deferred_loading():
         engine = VLLMEngine(str(tiny_lm_dir))
     assert built == [] and engine.model_id.startswith(f"vllm:{engine.folder}#")
@@ -205,8 +206,19 @@ def test_deferred_loading_builds_the_llm_on_first_use(tiny_lm_dir: Path, monkeyp
     assert len(built) == 3, "built at construction outside deferred_loading"
 
 
-def _fake_vllm(monkeypatch: pytest.MonkeyPatch, built: list[dict[str, Any]]) -> None:
-    """A stand-in ``vllm`` package: ``LLM`` records its arguments, ``StructuredOutputsParams`` its fields."""
+def _fake_platform(monkeypatch: pytest.MonkeyPatch, cpu: bool) -> None:
+    """A stand-in ``vllm.platforms``: vLLM's current platform, a CPU or not."""
+    import sys
+    from types import ModuleType
+
+    platforms = ModuleType("vllm.platforms")
+    platforms.current_platform = SimpleNamespace(is_cpu=lambda: cpu)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+
+
+def _fake_vllm(monkeypatch: pytest.MonkeyPatch, built: list[dict[str, Any]], cpu: bool = False) -> None:
+    """A stand-in ``vllm`` package: ``LLM`` records its arguments, ``StructuredOutputsParams`` its fields; the
+    platform a GPU unless ``cpu``."""
     import sys
     from types import ModuleType
 
@@ -220,6 +232,27 @@ def _fake_vllm(monkeypatch: pytest.MonkeyPatch, built: list[dict[str, Any]]) -> 
     fake.sampling_params = sampling
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling)
+    _fake_platform(monkeypatch, cpu)
+
+
+@pytest.mark.parametrize("cpu", [True, False])
+def test_on_vllms_cpu_platform_prefills_are_whole_unless_the_user_says(tiny_lm_dir: Path, cpu: bool,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.32 rewinds a seeded request's generator after a chunked prefill, which a CPU generator refuses ("CPU
+    Generator does not use offset": every seeded R2VC batch of 24 claims failed so on the real vLLM here, see
+    tests/test_vllm_inprocess.py). On its CPU platform the LLM starts with whole prefills; the user's own
+    ``enable_chunked_prefill`` wins; a GPU gets vLLM's default."""
+    from veracity.models.vllm_server import server_flags
+
+    built: list[dict[str, Any]] = []
+    _fake_vllm(monkeypatch, built, cpu=cpu)
+    VLLMEngine(str(tiny_lm_dir), dtype="float32", max_model_len=2048)
+    VLLMEngine(str(tiny_lm_dir), dtype="float32", enable_chunked_prefill=True)
+    assert [b.get("enable_chunked_prefill") for b in built] == [False if cpu else None, True]
+    assert built[0]["max_model_len"] == 2048
+    # the same arguments as the server's flags (models/vllm_server.py, bench/engines.py --vllm_args)
+    assert server_flags({"enable_chunked_prefill": False, "enforce_eager": True, "max_num_seqs": 8}) == [
+        "--no-enable-chunked-prefill", "--enforce-eager", "--max-num-seqs", "8"]
 
 
 def test_a_schema_goes_to_vllm_as_the_transformers_engines_grammar(tiny_lm_dir: Path,
@@ -298,3 +331,26 @@ def test_the_llm_starts_with_a_module_vllms_scan_cannot_read(tiny_lm_dir: Path,
     engine = VLLMEngine(str(tiny_lm_dir))
     assert engine.generate([GenerationRequest.chat([{"role": "user", "content": "q"}])])[0].ok
     assert sys.modules["fake_llvmlite_ffi"] is lib, "put back"
+
+
+def test_pytest_m_server_continues_in_vllms_environment(tmp_path: Path) -> None:
+    """`.venv/bin/python -m pytest -m server` (the command of docs/engines.md) runs the server tests in .venv-vllm,
+    with the same arguments: here a stand-in for its python records them."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: the server tests run in this environment")
+    seen = tmp_path / "argv"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {seen}\n')
+    fake.chmod(0o755)
+    tests = Path(__file__).parent
+    run = subprocess.run([sys.executable, "-m", "pytest", "-m", "server", "-q", "-p", "no:cacheprovider",
+                          str(tests / "test_vllm_inprocess.py")], cwd=tests.parent, capture_output=True, text=True,
+                         env={**os.environ, "VERACITY_VLLM_PYTHON": str(fake)}, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert seen.read_text().split() == ["-m", "pytest", "-m", "server", "-q", "-p", "no:cacheprovider",
+                                        str(tests / "test_vllm_inprocess.py")]

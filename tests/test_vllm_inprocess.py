@@ -70,3 +70,18 @@ def test_logprobs_match_the_transformers_engine(engine) -> None:
         a, b = ours.candidates[0], theirs.candidates[0]
         assert a.text == b.text
         assert a.mean_logprob == pytest.approx(b.mean_logprob, abs=2e-3)
+
+
+def test_a_seeded_batch_larger_than_one_step_runs_as_one_call(engine, caplog: pytest.LogCaptureFixture) -> None:
+    """R2VC's seeded candidates for 24 claims failed as a batch on vLLM's CPU platform ("CPU Generator does not use
+    offset": vLLM rewinds a seeded request's generator after a chunked prefill) and crawled through the one-by-one
+    retry. 12 seeded prompts of ≈ 600 tokens, 2 samples each, are more than one step's token budget: they run as one
+    call, every result answers, and the same seeds give the same samples again."""
+    background = "The tower was built in 1889 for the World's Fair and is made of wrought iron. " * 25
+    batch = [GenerationRequest.chat([{"role": "user", "content": f"{background} Question {i}: name a colour."}],
+                                    n=2, temperature=0.7, max_new_tokens=8, seed=13) for i in range(12)]
+    with caplog.at_level("WARNING", logger="veracity.models.vllm_engine"):
+        first, again = engine.generate(batch), engine.generate(batch)
+    assert "retrying one by one" not in caplog.text
+    assert all(r.ok and len(r.candidates) == 2 for r in first), [r.error for r in first if not r.ok][:1]
+    assert [[c.text for c in r.candidates] for r in again] == [[c.text for c in r.candidates] for r in first]
