@@ -326,3 +326,10 @@ def test_every_field_a_config_table_names_is_an_option_of_its_command() -> None:
                     problems.append(f"{page}:{number}: `{cell.group(1)}` is no option of veracity {' '.join(command)}")
     assert not problems, "config tables naming fields that do not exist:\n" + "\n".join(problems)
     assert named > 100, f"only {named} fields found in the config tables"
+
+
+def test_results_holds_current_tables_only() -> None:
+    """docs/results.md stays a page of current tables (issue 46: at most 400 lines); what it outgrows moves to
+    docs/experiment-log.md under the same heading."""
+    lines = (Path(__file__).parents[1] / "docs" / "results.md").read_text().splitlines()
+    assert len(lines) <= 400, f"docs/results.md has {len(lines)} lines: move older tables to experiment-log.md"
