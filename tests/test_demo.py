@@ -78,3 +78,15 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     r2vc_again = again.split("== 6. R2VC")[1].split("== 7. DPO")[0]
     assert r2vc_again.count(" already done, 0 processed") == 4  # two calibrator simulations, full, nli_only
     assert again.split("== 8. ")[1].count(" already done, 0 processed") == 3  # AIC, SciClaimSeekers, UTS
+
+
+@pytest.mark.parametrize(("full", "nli", "says"), [
+    ({"coverage": 0.0, "accuracy": 0.03}, {"coverage": 0.56, "accuracy": 0.41}, "answered no claim"),
+    ({"coverage": 0.47, "accuracy": 0.44}, {"coverage": 0.56, "accuracy": 0.41}, "beats its NLI-only ablation"),
+    ({"coverage": 0.47, "accuracy": 0.38}, {"coverage": 0.56, "accuracy": 0.41}, "does not beat"),
+])
+def test_the_demos_r2vc_line_says_what_the_rows_mean(full: dict, nli: dict, says: str) -> None:
+    """The full row answering nothing is said as such (it did at 24 calib claims a source), not as "does not beat"."""
+    from veracity.demo_tour import verdict_line
+
+    assert says in verdict_line({"full": {"metrics": full}, "nli_only": {"metrics": nli}})

@@ -120,9 +120,10 @@ def verdict_line(runs: dict[str, dict[str, Any]]) -> str:
     """One line on what the R2VC rows mean, in particular when the full pipeline does not beat its ablation."""
     full, nli = runs["full"]["metrics"], runs["nli_only"]["metrics"]
     if not full.get("coverage"):  # say so plainly: "does not beat" would hide that it answered nothing
-        return ("R2VC: the full pipeline answered no claim here — its calibrator, fit on the few calib claims the "
-                "demo can afford with the generator, scores every dev claim below the abstention threshold; the "
-                "NLI-only row shows the pipeline answering, and docs/results.md#r2vc-ablation the measured effect.")
+        return ("R2VC: the full pipeline answered no claim here — its calibrator, fit on the calib claims the demo "
+                "can afford with the generator, scores every dev claim below the abstention threshold (more: "
+                "--r2vc_calib_examples); the NLI-only row shows the pipeline answering, and "
+                "docs/results.md#r2vc-ablation the measured effect.")
     if full["accuracy"] is not None and nli["accuracy"] is not None and full["accuracy"] > nli["accuracy"]:
         return ("R2VC: the full pipeline beats its NLI-only ablation on this slice; a few dozen claims, so read the "
                 "R2VC tables of docs/results.md for the measured effect.")
