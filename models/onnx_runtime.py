@@ -245,9 +245,14 @@ class OnnxSession:
     embeddings, whichever head it was exported with)."""
 
     def __init__(self, path: Path, threads: int | None = None):
+        """``threads``: intra-op threads; by default ``OMP_NUM_THREADS`` where it is set, as torch reads it (a Ray
+        actor gets its CPU count there: two actors on two cores then run a thread each, not two), else ONNX
+        Runtime's own choice (the physical cores)."""
         import onnxruntime as ort  # lazy: 0.2 s, only an ONNX backend needs it
 
         options = ort.SessionOptions()
+        omp = os.environ.get("OMP_NUM_THREADS", "")
+        threads = threads or (int(omp) if omp.isdigit() else None)
         if threads:
             options.intra_op_num_threads = threads
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

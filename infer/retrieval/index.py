@@ -169,13 +169,15 @@ def _reusable_embeddings(folder: Path, corpus_sha: str, encoder: DenseEncoder) -
 
 
 def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSettings,
-                encoder: DenseEncoder | None = None, checked: int | None = None, device: str = "auto") -> Path:
+                encoder: DenseEncoder | None = None, checked: int | None = None, device: str = "auto",
+                embedded: tuple[EmbeddingReader, dict[str, Any]] | None = None) -> Path:
     """Build the configured indexes for ``corpus`` into ``output_dir``; returns the folder.
 
     The corpus is checked first (:func:`check_corpus`; ``checked``: the document count of a check the caller
     already made), so a bad record stops the build before anything is written. Documents are then read
     ``stream_batch`` at a time and never kept: BM25 keeps term statistics, texts go to ``texts.bin``, vectors to
-    ``embeddings/`` shards that are added to FAISS one by one.
+    ``embeddings/`` shards that are added to FAISS one by one. ``embedded``: the documents' vectors in corpus order
+    and the encoder's ``describe()``, computed elsewhere (``ray_embed.embed_on_ray``): no encoder is loaded.
     """
     from tqdm.auto import tqdm  # lazy: 0.08 s, only a build needs it
 
@@ -183,19 +185,19 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
     if not (settings.sparse or settings.dense):
         raise ValueError("nothing to build: enable sparse and/or dense")
     total = check_corpus(corpus) if checked is None else checked
-    if settings.dense and encoder is None:
+    if settings.dense and encoder is None and embedded is None:
         encoder = DenseEncoder(settings.encoder_spec(), device=device)  # device: where it embeds, if none is given
     corpus_sha = sha256_file(corpus)
     out.mkdir(parents=True, exist_ok=True)
     (out / "index_meta.json").unlink(missing_ok=True)  # the folder is incomplete until the end
-    reuse = None
+    reuse, described = embedded if embedded is not None else (None, encoder.describe() if encoder else None)
     if settings.dense and encoder is not None and settings.reuse_embeddings:
         reuse = _reusable_embeddings(Path(settings.reuse_embeddings), corpus_sha, encoder)
     clear_embeddings(out)
     bm25 = BM25Index.builder(settings.analyzer_obj(), settings.bm25_params()) if settings.sparse else None
     faiss_index = shards = None
-    if settings.dense and encoder is not None:
-        faiss_index = new_faiss_index(encoder.dim, settings.faiss_params())
+    if settings.dense and described is not None:
+        faiss_index = new_faiss_index(int(described["dim"]), settings.faiss_params())
         shards = ShardWriter(out, settings.shard_size, on_shard=faiss_index.add)
     texts_out = DocTextWriter(out)
     doc_ids: list[str] = []
@@ -214,7 +216,7 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
         texts_out.add(texts)
         if bm25 is not None:
             bm25.add(texts)
-        if shards is not None and encoder is not None:
+        if shards is not None:
             shards.add(reuse.rows(start, len(doc_ids)) if reuse is not None else embed_shard(encoder, texts))
         bar.update(len(texts))
     bar.close()
@@ -230,10 +232,10 @@ def build_index(corpus: str | Path, output_dir: str | Path, settings: IndexSetti
     if bm25 is not None:
         BM25Index(settings.analyzer_obj(), settings.bm25_params(), bm25.finish(), doc_ids).save(out / "bm25")
         meta["sparse"] = {**settings.analyzer_obj().to_dict(), **asdict(settings.bm25_params())}
-    if faiss_index is not None and encoder is not None and shards is not None:
+    if faiss_index is not None and shards is not None:
         count = shards.close()
         DenseIndex(faiss_index, settings.faiss_params(), doc_ids).save(out / "dense.faiss")
-        meta["dense"] = {"encoder": encoder.describe(), "faiss": asdict(settings.faiss_params()),
+        meta["dense"] = {"encoder": described, "faiss": asdict(settings.faiss_params()),
                          "embeddings": {"shards": count, "shard_size": settings.shard_size}}
     with atomic_writer(out / "doc_ids.json") as handle:
         json.dump(doc_ids, handle)
