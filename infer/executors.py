@@ -14,8 +14,8 @@ and :func:`run_on_ray` runs the batches:
    file and flushes it, so a killed driver leaves a file the next run resumes.
 
 Ray is imported here only, when a run asks for it (``import ray`` takes seconds). Actors work in the driver's
-working directory with the driver's ``VERACITY_*``, ``HF_*`` and thread settings, so paths in a recipe mean the
-same to them (on a multi-node cluster: the same paths on every node, e.g. a shared filesystem).
+working directory with the driver's ``VERACITY_*``, ``HF_*``, ``VLLM_*`` and thread settings, so paths in a recipe
+mean the same to them (on a multi-node cluster: the same paths on every node, e.g. a shared filesystem).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from veracity.rundir import RunConfigMismatchError
 logger = logging.getLogger(__name__)
 
 EXECUTORS = ("local", "ray")
-FORWARDED_ENV_PREFIXES = ("VERACITY_", "HF_")
+FORWARDED_ENV_PREFIXES = ("VERACITY_", "HF_", "VLLM_")  # VLLM_: a vLLM engine in an actor (KV cache size …)
 MAX_RESTARTS = 2  # per actor, and retries of a batch whose actor died
 FORWARDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM")
 

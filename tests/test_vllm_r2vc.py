@@ -11,16 +11,14 @@ greedy decoding, so each engine should write the same answers; the log-probabili
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from vllm_real import LLM_KWARGS, SERVED_NAME, need_vllm, set_env
+from vllm_real import LLM_KWARGS, SERVED_NAME, need_vllm, prepare_vitaminc, set_env, shipped
 
 pytestmark = pytest.mark.server
 need_vllm()
 
-REPO = Path(__file__).resolve().parents[1]
 CLAIMS = 8
 CANDIDATES = 2  # greedy: one answer, asked once and repeated by every engine
 # Mean token log-prob of the same answer on two engines: float32 on both, but vLLM's CPU kernels (attention, fused
@@ -29,21 +27,9 @@ CANDIDATES = 2  # greedy: one answer, asked once and repeated by every engine
 LOGPROB_TOLERANCE = 1e-4
 
 
-def shipped(path: str, env: str) -> Path:
-    root = Path(os.environ.get(env) or REPO.parent / "shared" / path)
-    if not root.exists():
-        pytest.skip(f"not at {root} (set ${env})")
-    return root
-
-
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from veracity import cli
-
-    out = tmp_path_factory.mktemp("prep")
-    cli.main(["prep", "--data_root", str(shipped("data", "VERACITY_DATA_ROOT")), "--output_dir", str(out),
-              "--datasets", "vitaminc"])
-    return out
+    return prepare_vitaminc(tmp_path_factory.mktemp("prep"))
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,23 @@ def need_vllm() -> None:
                                        ".venv-vllm/bin/python -m pytest -m server")
 
 
+def shipped(path: str, env: str) -> Path:
+    """``../shared/<path>`` (or ``$<env>``): the shipped data or models; the test skips where they are not."""
+    root = Path(os.environ.get(env) or Path(__file__).resolve().parents[2] / "shared" / path)
+    if not root.exists():
+        pytest.skip(f"not at {root} (set ${env})")
+    return root
+
+
+def prepare_vitaminc(out: Path) -> Path:
+    """``veracity prep`` of the shipped VitaminC into ``out`` (the R2VC runs' claims and given evidence)."""
+    from veracity import cli
+
+    cli.main(["prep", "--data_root", str(shipped("data", "VERACITY_DATA_ROOT")), "--output_dir", str(out),
+              "--datasets", "vitaminc"])
+    return out
+
+
 def embedded_folder() -> Path:
     from veracity.models.registry import resolve_model
 
