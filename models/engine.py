@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -189,27 +187,6 @@ def choice_grammar(choices: Sequence[str]) -> str:
     """A grammar whose only sentences are ``choices``, in the EBNF both xgrammar and llama.cpp's GBNF read (JSON
     string literals are valid literals in both)."""
     return "root ::= " + " | ".join(json.dumps(c) for c in choices)
-
-
-_DEFERRED = ContextVar("veracity_deferred_loading", default=False)
-
-
-@contextmanager
-def deferred_loading() -> Iterator[None]:
-    """Local engines built inside this block name their model (folder and weights by content) without loading the
-    weights; they load on first use. A Ray driver builds its pipeline so: it records the models its actors load and
-    generates nothing itself. Elsewhere an engine loads at construction, so a model that cannot load fails the run
-    there, not item by item."""
-    token = _DEFERRED.set(True)
-    try:
-        yield
-    finally:
-        _DEFERRED.reset(token)
-
-
-def loading_deferred() -> bool:
-    """Whether engines built now defer loading their weights (:func:`deferred_loading`)."""
-    return _DEFERRED.get()
 
 
 class EngineError(RuntimeError):

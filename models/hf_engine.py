@@ -24,8 +24,8 @@ from veracity.models.engine import (
     GenerationResult,
     SamplingParams,
     finite_or_none,
-    loading_deferred,
 )
+from veracity.models.loading import loading_deferred
 from veracity.models.registry import ModelNotFoundError, model_fingerprint, resolve_model
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class TransformersEngine(Engine):
 
     def __init__(self, model: str = "embedded", adapter: str | None = None, batch_size: int = 8,
                  dtype: str = "auto", device: str = "auto", max_context: int | None = None):
-        """Loads the model, unless built under :func:`~veracity.models.engine.deferred_loading` (a Ray driver
+        """Loads the model, unless built under :func:`~veracity.models.loading.deferred_loading` (a Ray driver
         names the model its actors load: folder, adapter and dtype, by content): then on first use."""
         device = resolve_device(device)
         self.folder = resolve_model("chat_lm", model)

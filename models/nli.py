@@ -27,6 +27,7 @@ import numpy as np
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
 from veracity.io import without_lone_surrogates
 from veracity.models.device import resolve_device
+from veracity.models.loading import loading_deferred
 from veracity.models.onnx_runtime import BACKENDS, OnnxSession, backend_model_id, export_model
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.registry import resolve_model
@@ -134,16 +135,16 @@ class NLIVerifier:
         or ``auto`` — :data:`DEFAULT_CPU_BACKEND` on a CPU, torch on a GPU (:func:`resolve_backend`). An ONNX graph
         is exported on first use and cached with the weights' fingerprint (``models/onnx_runtime.py``; ``train nli``
         exports the verifiers it trains, ``veracity models export-onnx`` any other); a missing or stale one is
-        rebuilt, never used."""
+        rebuilt, never used. The weights (and the graph) load at construction, or on first use when built under
+        :func:`~veracity.models.loading.deferred_loading` (a Ray driver: named, not loaded)."""
         import torch  # lazy, as transformers: seconds to import, and only a loaded verifier needs them
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         device = verifier_device(backend, device)
         self.backend = resolve_backend(backend, device)
         self.folder = Path(resolve_model("nli_verifier", model))
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
-        self.model = AutoModelForSequenceClassification.from_pretrained(self.folder).to(device).eval()
-        config = self.model.config
+        self.config = config = AutoConfig.from_pretrained(self.folder)
         mapping = {int(i): to_nli(name) for i, name in config.id2label.items()}
         if len(mapping) != 3 or sorted(m for m in mapping.values() if m) != sorted(NLI_TO_TERNARY):
             raise ValueError(f"{self.folder}/config.json: field 'id2label': {config.id2label} is not a 3-way NLI "
@@ -163,7 +164,39 @@ class NLIVerifier:
         self.batch_size, self.device, self.torch = batch_size, device, torch
         self.stats = VerifierStats()
         self._special = self.tokenizer.num_special_tokens_to_add(pair=True)
-        self.onnx = self._onnx_session() if self.backend != "torch" else None
+        self._model: Any = None
+        self._onnx: OnnxSession | None = None
+        self._onnx_wanted = self.backend != "torch"
+        if not loading_deferred():
+            self.load()  # now: a verifier that cannot load fails here, not claim by claim
+
+    def load(self) -> None:
+        """Load the weights, and the ONNX graph for an ONNX backend, unless loaded."""
+        if self._model is None:
+            from transformers import AutoModelForSequenceClassification
+
+            self._model = AutoModelForSequenceClassification.from_pretrained(self.folder).to(self.device).eval()
+        if self._onnx_wanted and self._onnx is None:
+            self._onnx = self._onnx_session()
+
+    @property
+    def model(self) -> Any:
+        """The torch model, loaded when first needed."""
+        if self._model is None:
+            self.load()
+        return self._model
+
+    @property
+    def onnx(self) -> OnnxSession | None:
+        """The ONNX Runtime session of an ONNX backend (None: torch), loaded when first needed."""
+        if self._onnx_wanted and self._onnx is None:
+            self.load()
+        return self._onnx
+
+    @onnx.setter
+    def onnx(self, session: OnnxSession | None) -> None:
+        """Replace the session; None runs the torch model from then on."""
+        self._onnx, self._onnx_wanted = session, session is not None
 
     # --- public -----------------------------------------------------------------------------------------
 

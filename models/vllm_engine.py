@@ -28,9 +28,9 @@ from veracity.models.engine import (
     GenerationResult,
     SamplingParams,
     finite_or_none,
-    loading_deferred,
 )
 from veracity.models.fingerprint import model_fingerprint
+from veracity.models.loading import loading_deferred
 from veracity.models.registry import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class VLLMEngine(Engine):
     @property
     def llm(self) -> Any:
         """vLLM's ``LLM``: the one given, or built on first use when the engine was built under
-        :func:`~veracity.models.engine.deferred_loading` or closed."""
+        :func:`~veracity.models.loading.deferred_loading` or closed."""
         return self.load()
 
     def load(self) -> Any:

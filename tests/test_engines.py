@@ -150,7 +150,7 @@ def test_deferred_loading_names_the_model_and_loads_it_on_first_use(tiny_lm_dir:
     its weights; they load on the first generation, once. Elsewhere they load at construction (a model that cannot
     load fails the run there, not item by item)."""
     from veracity.models import hf_engine
-    from veracity.models.engine import deferred_loading
+    from veracity.models.loading import deferred_loading
 
     loads: list[str] = []
     load = hf_engine.AutoModelForCausalLM.from_pretrained

@@ -135,3 +135,40 @@ def test_aggregate_windows_takes_max_entailment_and_contradiction() -> None:
     out = aggregate_windows(rows)
     np.testing.assert_allclose(out, np.array([0.7, 0.2, 0.6]) / 1.5)
     assert json.dumps(out.tolist())  # plain floats
+
+
+def test_deferred_loading_names_the_verifier_encoder_and_cross_encoder_and_loads_them_on_first_use(
+        verifier_dirs: dict[str, Path], tiny_encoder_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``deferred_loading`` (a Ray driver) the NLI verifier, the dense encoder and the cross-encoder are
+    named — the ids of loaded ones — without reading weights; they load on first use and score as loaded ones do."""
+    from pipeline_inputs import build_tiny_cross_encoder
+    from transformers import PreTrainedModel
+
+    from veracity.infer.retrieval.dense import DenseEncoder, EncoderSpec
+    from veracity.infer.retrieval.rerank import CrossEncoderReranker
+    from veracity.models.loading import deferred_loading
+    from veracity.models.nli import NLIVerifier
+
+    loads: list[str] = []
+    from_pretrained = PreTrainedModel.from_pretrained.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(
+        lambda cls, *a, **k: loads.append(cls.__name__) or from_pretrained(cls, *a, **k)))
+    cross_folder = build_tiny_cross_encoder(tmp_path / "ce", tiny_encoder_dir)
+    loads.clear()
+    for backend in ("torch", "onnx"):
+        with deferred_loading():
+            verifier = NLIVerifier(str(verifier_dirs["plain"]), backend=backend)
+            encoder = DenseEncoder(EncoderSpec(model=str(tiny_encoder_dir), backend=backend))
+            cross = CrossEncoderReranker(str(cross_folder))
+        assert loads == [], "named, not loaded"
+        loaded = NLIVerifier(str(verifier_dirs["plain"]), backend=backend)
+        assert verifier.model_id == loaded.model_id and verifier.max_length == loaded.max_length
+        np.testing.assert_allclose(verifier.predict(["A man plays guitar."], ["A person makes music."]),
+                                   loaded.predict(["A man plays guitar."], ["A person makes music."]), atol=1e-6)
+        np.testing.assert_allclose(encoder.encode_queries(["a river"]),
+                                   DenseEncoder(encoder.spec).encode_queries(["a river"]), atol=1e-6)
+        texts = ["a river", "a hill"]
+        np.testing.assert_allclose(cross.score("q", texts), CrossEncoderReranker(str(cross_folder)).score("q", texts),
+                                   atol=1e-6)
+        loads.clear()

@@ -1,7 +1,7 @@
 """``--executor ray`` (infer/executors.py) on a local Ray cluster of 2 CPUs, through each pipeline's ``main(argv)``:
 the records equal the local executor's (same ids, decisions and scores; timings aside) for R2VC, AIC,
 SciClaimSeekers and UTS; a run interrupted mid-file resumes with each id once; an item that raises in an actor is
-an error record, and ``--retry_errors`` runs it again."""
+an error record, and ``--retry_errors`` runs it again; the Ray run's driver loads no model (the actors do)."""
 
 from __future__ import annotations
 
@@ -48,11 +48,39 @@ def recorded_ids(folder: Path) -> list[str]:
     return [json.loads(line)["id"] for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
-def local_and_ray(main: Any, argv: list[str], tmp_path: Path, *ray_options: str) -> tuple[dict, dict]:
-    """The same run under each executor (into ``tmp_path/local`` and ``tmp_path/ray``): the two reports."""
+@pytest.fixture
+def model_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every model this process (a run's driver; the actors are other processes) loads from here on: transformers
+    weights of any class (generators, verifiers, and the models under sentence-transformers' encoders and
+    cross-encoders) and ONNX Runtime sessions."""
+    import onnxruntime
+    from transformers import PreTrainedModel
+
+    loads: list[str] = []
+    from_pretrained = PreTrainedModel.from_pretrained.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type, *args: Any, **kwargs: Any) -> Any:
+        loads.append(f"{cls.__name__} {args[0] if args else ''}")
+        return from_pretrained(cls, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(counted))
+    session = onnxruntime.InferenceSession.__init__
+    monkeypatch.setattr(onnxruntime.InferenceSession, "__init__",
+                        lambda self, path, *a, **k: loads.append(f"onnx {path}") or session(self, path, *a, **k))
+    return loads
+
+
+def local_and_ray(main: Any, argv: list[str], tmp_path: Path, *ray_options: str,
+                  loads: list[str] | None = None) -> tuple[dict, dict]:
+    """The same run under each executor (into ``tmp_path/local`` and ``tmp_path/ray``): the two reports. With
+    ``loads`` (:func:`model_loads`): the local run loaded models, the Ray run's driver none."""
     local = main([*argv, "--output_dir", str(tmp_path / "local")])
+    before = list(loads) if loads is not None else []
     on_ray = main([*argv, "--output_dir", str(tmp_path / "ray"), "--executor", "ray", *ray_options])
     assert on_ray["executor"]["executor"] == "ray" and "executor" not in local
+    if loads is not None:
+        assert before, "the local run loads its models in this process"
+        assert loads == before, f"the Ray driver loaded {loads[len(before):]}: only the actors load models"
     return local, on_ray
 
 
@@ -81,17 +109,13 @@ def r2vc_argv(tmp_path: Path, verifier: Path, lm: Path) -> list[str]:
 
 
 def test_r2vc_on_ray_equals_local(ray_cluster: Any, tiny_verifier: Path, tiny_lm_dir: Path, tmp_path: Path,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                  model_loads: list[str]) -> None:
     from veracity.infer.pipelines.r2vc.run import main
-    from veracity.models import hf_engine
 
-    loads: list[str] = []  # generator weights loaded in this process (the driver's); the actors' are their own
-    load = hf_engine.AutoModelForCausalLM.from_pretrained
-    monkeypatch.setattr(hf_engine.AutoModelForCausalLM, "from_pretrained",
-                        lambda *a, **k: loads.append(str(a[0])) or load(*a, **k))
     argv = r2vc_argv(tmp_path, tiny_verifier, tiny_lm_dir)
-    local, on_ray = local_and_ray(main, argv, tmp_path)
-    assert len(loads) == 1, "the ray driver names the generator in its run record without loading it"
+    local, on_ray = local_and_ray(main, argv, tmp_path, loads=model_loads)
+    loaded = " ".join(model_loads)
+    assert str(tiny_lm_dir) in loaded and str(tiny_verifier) in loaded, "the local run: generator and verifier"
     import yaml
 
     named = [yaml.safe_load((tmp_path / run / "run_config.yaml").read_text())["models"] for run in ("local", "ray")]
@@ -106,7 +130,7 @@ def test_r2vc_on_ray_equals_local(ray_cluster: Any, tiny_verifier: Path, tiny_lm
 
 
 def test_aic_on_ray_equals_local(ray_cluster: Any, data_root: Path, tiny_encoder_dir: Path, tiny_lm_dir: Path,
-                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_loads: list[str]) -> None:
     from veracity.data_prep.prepare import PrepConfig, prepare
     from veracity.infer.pipelines.aic.run import main
     from veracity.models.nltk_data import ensure_nltk_data
@@ -119,7 +143,7 @@ def test_aic_on_ray_equals_local(ray_cluster: Any, data_root: Path, tiny_encoder
     argv = ["--config", "configs/pipelines/aic_embedded.yaml", "--prepared_dir", str(prepared), "--embedder",
             str(tiny_encoder_dir), "--model", str(tiny_lm_dir), "--answer_prefix", "", "--max_new_tokens", "8",
             "--cache", "", "--claims_per_call", "1", "--progress", "false"]
-    local, on_ray = local_and_ray(main, argv, tmp_path)
+    local, on_ray = local_and_ray(main, argv, tmp_path, loads=model_loads)
     assert_same_records(tmp_path, 2)
     assert (on_ray["answered"], on_ray["failed"]) == (local["answered"], local["failed"])
     assert on_ray["metrics"] == local["metrics"]
@@ -129,7 +153,8 @@ def test_aic_on_ray_equals_local(ray_cluster: Any, data_root: Path, tiny_encoder
 # --- SciClaimSeekers: index built by the driver, loaded by the actor ---------------------------------------------
 
 
-def test_sciclaim_on_ray_equals_local(ray_cluster: Any, tiny_encoder_dir: Path, tmp_path: Path) -> None:
+def test_sciclaim_on_ray_equals_local(ray_cluster: Any, tiny_encoder_dir: Path, tmp_path: Path,
+                                      model_loads: list[str]) -> None:
     from veracity.data_prep.checkthat_files import read_submission
     from veracity.infer.pipelines.sciclaimseekers.run import main
 
@@ -138,8 +163,8 @@ def test_sciclaim_on_ray_equals_local(ray_cluster: Any, tiny_encoder_dir: Path, 
     argv = ["--posts", str(posts), "--collection", str(collection), "--embedder", str(tiny_encoder_dir),
             "--max_length", "64", "--reranker", "cross_encoder", "--cross_encoder", str(cross_encoder),
             "--candidates", "4", "--fusion_depth", "4", "--top_k", "4", "--posts_per_call", "2", "--progress",
-            "false"]
-    local, on_ray = local_and_ray(main, argv, tmp_path)
+            "false", "--index_dir", str(tmp_path / "index")]  # built by the local run: the Ray driver loads nothing
+    local, on_ray = local_and_ray(main, argv, tmp_path, loads=model_loads)
     assert_same_records(tmp_path, 4)
     assert read_submission(tmp_path / "ray" / "submission.tsv") == read_submission(tmp_path / "local" /
                                                                                    "submission.tsv")

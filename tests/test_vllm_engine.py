@@ -179,7 +179,7 @@ def test_deferred_loading_builds_the_llm_on_first_use(tiny_lm_dir: Path, monkeyp
     import sys
     from types import ModuleType
 
-    from veracity.models.engine import deferred_loading
+    from veracity.models.loading import deferred_loading
 
     built: list[RecordingLLM] = []
 

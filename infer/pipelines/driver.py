@@ -11,8 +11,8 @@ handed to :func:`run_pipeline`, which
    files (or a sibling shard running now) under another config or other weights, is a ``RunConfigMismatchError`` —
    checked first with the models the pipeline names from its options, before any loads; then loads the models
    and writes ``run_config.yaml`` (configs, models by content, decoding) after the same check with all of them
-   (with ``--executor ray`` the generators are named there but not loaded:
-   :func:`~veracity.models.engine.deferred_loading`);
+   (with ``--executor ray`` every model is named there but not loaded:
+   :func:`~veracity.models.loading.deferred_loading`);
 4. runs the batches (:func:`veracity.infer.batch.run_batch`: resumable after a kill, items already recorded are
    skipped, ``--retry_errors`` re-runs the failed ones, a failing item fails alone) — in this process, or with
    ``--executor ray`` in Ray actors that each load the pipeline (:mod:`veracity.infer.executors`);
@@ -52,7 +52,7 @@ from veracity.infer.pipelines.contract import Item, Pipeline, Record
 from veracity.infer.report_html import write_report_html
 from veracity.infer.run_folder import claim_folder, summary_file
 from veracity.io import write_json
-from veracity.models.engine import deferred_loading
+from veracity.models.loading import deferred_loading
 from veracity.rundir import update_decoding
 
 logger = logging.getLogger(__name__)
@@ -161,12 +161,14 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
         with output_lock(output):  # a refused second run must not overwrite the running one's record
             claim(pipeline, out, shard, loaded=False)  # another layout, config or model: refused before loading
             start = time.perf_counter()
-            with deferred_loading() if executor.executor == "ray" else nullcontext():
-                pipeline.load(out)  # under ray, generators are only named here: the actors load and run them
             try:
-                load_seconds = time.perf_counter() - start
-                claim(pipeline, out, shard, loaded=True)
-                facts = pipeline.prepare(out)
+                # under ray every model is only named here (models/loading.py): the actors load and run them; a
+                # step of prepare that needs one (an index to build first) loads it then
+                with deferred_loading() if executor.executor == "ray" else nullcontext():
+                    pipeline.load(out)
+                    load_seconds = time.perf_counter() - start
+                    claim(pipeline, out, shard, loaded=True)
+                    facts = pipeline.prepare(out)
                 summary, stats = run_batches(pipeline, items, output, out, shard, executor)
             finally:
                 pipeline.close()

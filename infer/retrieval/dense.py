@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from veracity.infer.retrieval.fusion import Hits
 from veracity.infer.retrieval.gpu import to_cpu, to_gpu_if_available
 from veracity.models.device import resolve_device
+from veracity.models.loading import loading_deferred
 from veracity.models.onnx_runtime import BACKENDS, OnnxSession, backend_model_id, export_encoder
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.registry import model_fingerprint, resolve_model
@@ -59,19 +61,38 @@ class DenseEncoder:
     """Batched, normalized sentence embeddings."""
 
     def __init__(self, spec: EncoderSpec, show_progress: bool = False, device: str = "auto"):
-        """``device`` (:mod:`veracity.models.device`) places the torch encoder; the ONNX backends run on the CPU."""
-        from sentence_transformers import SentenceTransformer  # lazy: seconds (torch); a BM25-only run does without
-
+        """``device`` (:mod:`veracity.models.device`) places the torch encoder; the ONNX backends run on the CPU.
+        The model loads now, or on first use when built under :func:`~veracity.models.loading.deferred_loading`."""
         self.spec = spec
         self.folder = resolve_model("embedder", spec.model)
         self.fingerprint = model_fingerprint(self.folder)
-        self.model = SentenceTransformer(str(self.folder), device="cpu" if spec.backend != "torch"
-                                         else resolve_device(device))
-        self.model.max_seq_length = spec.max_length
+        self.device = "cpu" if spec.backend != "torch" else resolve_device(device)
         self.show_progress = show_progress
-        self.onnx = None
-        if spec.backend != "torch":
-            self.onnx = OnnxSession(export_encoder(self.folder, self.model) / ONNX_FILES[spec.backend])
+        self._model: Any = None
+        self._onnx: OnnxSession | None = None
+        if not loading_deferred():
+            self.load()
+
+    def load(self) -> Any:
+        """Load the model (and the ONNX graph of an ONNX backend) unless loaded; the sentence-transformers model."""
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer  # lazy: seconds (torch); BM25 alone does without
+
+            model = SentenceTransformer(str(self.folder), device=self.device)
+            model.max_seq_length = self.spec.max_length
+            if self.spec.backend != "torch":
+                self._onnx = OnnxSession(export_encoder(self.folder, model) / ONNX_FILES[self.spec.backend])
+            self._model = model
+        return self._model
+
+    @property
+    def model(self) -> Any:
+        return self.load()
+
+    @property
+    def onnx(self) -> OnnxSession | None:
+        self.load()
+        return self._onnx
 
     @property
     def dim(self) -> int:

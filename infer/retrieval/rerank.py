@@ -16,6 +16,7 @@ import numpy as np
 from veracity.infer.retrieval.fusion import Hits
 from veracity.models.device import resolve_device
 from veracity.models.fingerprint import content_id
+from veracity.models.loading import loading_deferred
 from veracity.models.registry import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -82,15 +83,29 @@ class CrossEncoderReranker:
 
     def __init__(self, model: str = "embedded", max_length: int = 512, batch_size: int = 32, device: str = "auto"):
         """``device`` (:mod:`veracity.models.device`) places a transformers cross-encoder; an ONNX one (the
-        embedded reranker) runs on the CPU through ONNX Runtime."""
+        embedded reranker) runs on the CPU through ONNX Runtime. The model loads now, or on first use when built
+        under :func:`~veracity.models.loading.deferred_loading`."""
         self.folder = resolve_model("reranker", model)
-        self.batch_size = batch_size
-        if (self.folder / "config.json").exists():
-            self.backend: _OnnxCrossEncoder | _HFCrossEncoder = _HFCrossEncoder(self.folder, max_length, device)
-        elif (self.folder / "model.onnx").exists():
-            self.backend = _OnnxCrossEncoder(self.folder, max_length)
-        else:
+        self.batch_size, self.max_length = batch_size, max_length
+        self.device = resolve_device(device)
+        if not ((self.folder / "config.json").exists() or (self.folder / "model.onnx").exists()):
             raise FileNotFoundError(f"{self.folder} holds neither a transformers model nor model.onnx")
+        self._backend: _OnnxCrossEncoder | _HFCrossEncoder | None = None
+        if not loading_deferred():
+            self.load()
+
+    def load(self) -> _OnnxCrossEncoder | _HFCrossEncoder:
+        """The scoring backend, loaded unless loaded: a transformers cross-encoder, else the folder's model.onnx."""
+        if self._backend is None:
+            if (self.folder / "config.json").exists():
+                self._backend = _HFCrossEncoder(self.folder, self.max_length, self.device)
+            else:
+                self._backend = _OnnxCrossEncoder(self.folder, self.max_length)
+        return self._backend
+
+    @property
+    def backend(self) -> _OnnxCrossEncoder | _HFCrossEncoder:
+        return self.load()
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         return self.backend.predict([(query, t) for t in texts], self.batch_size)
