@@ -270,3 +270,25 @@ def test_an_unknown_executor_or_no_worker_is_a_usage_error(tmp_path: Path, capsy
             cli.main(["infer", "uts", "--items", str(items), "--output_dir", str(tmp_path / "o"), option, value])
         assert stop.value.code == 2 and option.strip("-") in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_shard_that_would_start_a_second_ray_beside_a_running_sibling_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One Ray per machine: shard 1/2 without --ray_address, while shard 0/2 of the folder is being written (its
+    lock held), would start a Ray instance of its own beside the sibling's: one error line, status 2, no record."""
+    from veracity import cli
+    from veracity.infer.batch import output_lock
+
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    out = tmp_path / "out"
+    argv = ["infer", "uts", "--items", str(items), "--output_dir", str(out), "--progress", "false",
+            "--executor", "ray", "--shard", "1/2"]
+    out.mkdir()
+    with output_lock(out / "records.shard-0-of-2.jsonl"):  # the sibling shard, running
+        with pytest.raises(SystemExit) as stop:
+            cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("error: ")
+    assert "records.shard-0-of-2.jsonl is being written by a sibling shard" in err[0]
+    assert "--ray_address auto" in err[0]
+    assert not (out / "records.shard-1-of-2.jsonl").exists()

@@ -29,6 +29,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -37,7 +38,7 @@ from typing import Any
 
 from veracity.config import make_parser as parser_over
 from veracity.config import parse_config
-from veracity.data_prep.errors import DataError
+from veracity.data_prep.errors import DataError, InputError
 from veracity.infer.batch import (
     BatchSummary,
     latest_records,
@@ -50,7 +51,7 @@ from veracity.infer.batch import (
 from veracity.infer.executors import ExecutorConfig, run_on_ray  # ray itself: imported in run_on_ray
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
 from veracity.infer.report_html import write_report_html
-from veracity.infer.run_folder import claim_folder, summary_file
+from veracity.infer.run_folder import claim_folder, other_runs, summary_file
 from veracity.io import write_json
 from veracity.models.loading import deferred_loading
 from veracity.rundir import update_decoding
@@ -119,6 +120,21 @@ def run_batches(pipeline: Pipeline, items: list[Item], output: Path, run_dir: Pa
                       progress=config.progress, config=executor, models=models)
 
 
+def check_one_ray(folder: Path, stem: str, output: Path, shard: tuple[int, int], executor: ExecutorConfig) -> None:
+    """One Ray per machine: a shard run that would start a Ray instance of its own (no ``--ray_address``) while a
+    sibling shard of the same folder is running is refused — each instance would take every CPU of the machine.
+    (A sibling on another machine sharing the folder shows as running too where the filesystem shares locks; give
+    each machine a head of its own then, with ``--ray_address auto``.)"""
+    if shard[1] == 1 or executor.ray_address or os.environ.get("RAY_ADDRESS"):
+        return
+    running = [path.name for path, writing in other_runs(folder, stem, output) if writing]
+    if running:
+        raise InputError(
+            f"{folder}: {', '.join(running)} is being written by a sibling shard run with its own Ray instance; "
+            f"shard {shard[0]}/{shard[1]} would start a second one on this machine. Start one (`ray start --head`) "
+            "and give every shard --ray_address auto, or run one driver without --shard and with --workers K")
+
+
 def decoding_watched(pipeline: Pipeline, run_dir: Path) -> Callable[[Sequence[Item]], list[Any]]:
     """``pipeline`` as a batch function that, after each batch, rewrites the run record's ``decoding`` when the
     engine learned otherwise (a server that rejected the schema: ``constrained: false`` from then on). Ray actors'
@@ -160,6 +176,8 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
     try:
         with output_lock(output):  # a refused second run must not overwrite the running one's record
             claim(pipeline, out, shard, loaded=False)  # another layout, config or model: refused before loading
+            if executor.executor == "ray":
+                check_one_ray(out, pipeline.records_stem, output, shard, executor)
             start = time.perf_counter()
             try:
                 # under ray every model is only named here (models/loading.py): the actors load and run them; a
