@@ -65,7 +65,8 @@ class CheckpointEvalArgs:
     output_dir: str = field(default="runs/eval_checkpoint", metadata={"help": "Run directory."})
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
     nli_backend: str = field(default="auto", metadata={
-        "help": "Verifier backend: torch, onnx, onnx_int8, or auto (onnx on a CPU, exported on first use)."})
+        "help": "Verifier backend: torch, onnx, onnx_int8, openvino, openvino_int8, or auto (onnx on a CPU, "
+                "exported on first use)."})
     max_new_tokens: int = field(default=160, metadata={
         "help": "Generator answer budget when unconstrained (constrained: sized to the longest answer the schema "
                 "allows)."})

@@ -26,10 +26,14 @@ import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
 from veracity.io import without_lone_surrogates
+from veracity.models import openvino_runtime
 from veracity.models.device import resolve_device
+from veracity.models.fingerprint import content_id
 from veracity.models.loading import loading_deferred
-from veracity.models.onnx_runtime import BACKENDS, OnnxSession, backend_model_id, export_model
+from veracity.models.onnx_runtime import BACKENDS as ONNX_BACKENDS
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
+from veracity.models.onnx_runtime import OnnxSession, backend_model_id, export_model
+from veracity.models.openvino_runtime import OpenVINOSession, export_openvino
 from veracity.models.registry import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -40,6 +44,18 @@ LEGACY_VERACITY_TRUNCATION = "only_first"
 TRUNCATIONS = ("only_first", "only_second", "longest_first")  # what a tokenizer's `truncation` accepts by name
 # The backend ``auto`` picks on a CPU (bench/r2vc.py measures the three: docs/results.md#verifier-backends).
 DEFAULT_CPU_BACKEND = "onnx"
+
+
+# torch; ONNX Runtime fp32 and dynamic INT8; OpenVINO fp32 and static INT8 (the last four on the CPU only)
+BACKENDS = (*ONNX_BACKENDS, *openvino_runtime.BACKENDS)
+
+
+def verifier_model_id(folder: Path, backend: str) -> str:
+    """How run records name the verifier in ``folder`` run by ``backend``: the folder with its content
+    fingerprint, and for a graph backend the graph's export (an INT8 graph scores differently)."""
+    if backend in openvino_runtime.BACKENDS:
+        return f"{content_id(folder)}+{openvino_runtime.graph_tag(backend)}"
+    return backend_model_id(folder, backend)
 
 
 def resolve_backend(backend: str, device: str = "cpu") -> str:
@@ -65,7 +81,7 @@ def verifier_id(model: str, backend: str = "auto", device: str = "auto") -> str:
     """The verifier's model id (:attr:`NLIVerifier.model_id`) from its options, without loading it: what a run
     checks a resume against before any model loads."""
     device = verifier_device(backend, device)
-    return backend_model_id(Path(resolve_model("nli_verifier", model)), resolve_backend(backend, device))
+    return verifier_model_id(Path(resolve_model("nli_verifier", model)), resolve_backend(backend, device))
 _END_PUNCTUATION = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
@@ -132,11 +148,12 @@ class NLIVerifier:
     def __init__(self, model: str = "embedded", batch_size: int = 32, device: str = "auto",
                  max_length: int | None = None, backend: str = "auto"):
         """``backend``: ``torch``, ``onnx`` (fp32 graph through ONNX Runtime), ``onnx_int8`` (dynamically quantized),
-        or ``auto`` — :data:`DEFAULT_CPU_BACKEND` on a CPU, torch on a GPU (:func:`resolve_backend`). An ONNX graph
-        is exported on first use and cached with the weights' fingerprint (``models/onnx_runtime.py``; ``train nli``
-        exports the verifiers it trains, ``veracity models export-onnx`` any other); a missing or stale one is
-        rebuilt, never used. The weights (and the graph) load at construction, or on first use when built under
-        :func:`~veracity.models.loading.deferred_loading` (a Ray driver: named, not loaded)."""
+        ``openvino`` (fp32 through OpenVINO), ``openvino_int8`` (statically quantized by NNCF), or ``auto`` —
+        :data:`DEFAULT_CPU_BACKEND` on a CPU, torch on a GPU (:func:`resolve_backend`). A graph is exported on first
+        use and cached with the weights' fingerprint (``models/onnx_runtime.py``, ``models/openvino_runtime.py``;
+        ``train nli`` exports the ONNX graphs of the verifiers it trains, ``veracity models export-onnx`` any other);
+        a missing or stale one is rebuilt, never used. The weights (and the graph) load at construction, or on first
+        use when built under :func:`~veracity.models.loading.deferred_loading` (a Ray driver: named, not loaded)."""
         import torch  # lazy, as transformers: seconds to import, and only a loaded verifier needs them
         from transformers import AutoConfig, AutoTokenizer
 
@@ -165,19 +182,19 @@ class NLIVerifier:
         self.stats = VerifierStats()
         self._special = self.tokenizer.num_special_tokens_to_add(pair=True)
         self._model: Any = None
-        self._onnx: OnnxSession | None = None
-        self._onnx_wanted = self.backend != "torch"
+        self._session: OnnxSession | OpenVINOSession | None = None
+        self._session_wanted = self.backend != "torch"
         if not loading_deferred():
             self.load()  # now: a verifier that cannot load fails here, not claim by claim
 
     def load(self) -> None:
-        """Load the weights, and the ONNX graph for an ONNX backend, unless loaded."""
+        """Load the weights, and the graph of a graph backend (ONNX Runtime, OpenVINO), unless loaded."""
         if self._model is None:
             from transformers import AutoModelForSequenceClassification
 
             self._model = AutoModelForSequenceClassification.from_pretrained(self.folder).to(self.device).eval()
-        if self._onnx_wanted and self._onnx is None:
-            self._onnx = self._onnx_session()
+        if self._session_wanted and self._session is None:
+            self._session = self._graph_session()
 
     @property
     def model(self) -> Any:
@@ -187,16 +204,16 @@ class NLIVerifier:
         return self._model
 
     @property
-    def onnx(self) -> OnnxSession | None:
-        """The ONNX Runtime session of an ONNX backend (None: torch), loaded when first needed."""
-        if self._onnx_wanted and self._onnx is None:
+    def session(self) -> OnnxSession | OpenVINOSession | None:
+        """The runtime session of a graph backend (None: torch), loaded when first needed."""
+        if self._session_wanted and self._session is None:
             self.load()
-        return self._onnx
+        return self._session
 
-    @onnx.setter
-    def onnx(self, session: OnnxSession | None) -> None:
+    @session.setter
+    def session(self, session: OnnxSession | OpenVINOSession | None) -> None:
         """Replace the session; None runs the torch model from then on."""
-        self._onnx, self._onnx_wanted = session, session is not None
+        self._session, self._session_wanted = session, session is not None
 
     # --- public -----------------------------------------------------------------------------------------
 
@@ -204,7 +221,7 @@ class NLIVerifier:
     def model_id(self) -> str:
         """The model folder with its content fingerprint, and the backend when it is not torch with its graph's
         export (an INT8 graph scores differently): what run records and caches name it by."""
-        return backend_model_id(self.folder, self.backend)
+        return verifier_model_id(self.folder, self.backend)
 
     def predict(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         """Probabilities ``(n, 3)`` in :data:`NLI_LABELS` order, one row per (premise, hypothesis)."""
@@ -276,13 +293,16 @@ class NLIVerifier:
             pieces += [self.tokenizer.decode(ids[i : i + step]) for i in range(0, len(ids), step)]
         return pieces
 
-    def _onnx_session(self) -> OnnxSession:
-        """The session of this model's ONNX graph for :attr:`backend`, exported first when missing or stale."""
+    def _graph_session(self) -> OnnxSession | OpenVINOSession:
+        """The session of this model's graph for :attr:`backend`, exported first when missing or stale."""
+        if self.backend in openvino_runtime.BACKENDS:
+            graphs = export_openvino(self.folder, self.model, self.tokenizer, self.max_length, self.truncation)
+            return OpenVINOSession(graphs / openvino_runtime.FILES[self.backend])
         return OnnxSession(export_model(self.folder, self.model, self.tokenizer) / ONNX_FILES[self.backend])
 
     def _logits(self, batch: Any) -> np.ndarray:
-        if self.onnx is not None:
-            return self.onnx.run({k: v.numpy() for k, v in batch.items()})
+        if self.session is not None:
+            return self.session.run({k: v.numpy() for k, v in batch.items()})
         with self.torch.inference_mode():
             return self.model(**batch.to(self.device)).logits.float().cpu().numpy()
 

@@ -21,6 +21,7 @@ import fcntl
 import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,26 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnx", "onnx_int8")
 FILES = {"onnx": "model.onnx", "onnx_int8": "model.int8.onnx"}
+
+
+@dataclass(frozen=True)
+class GraphCache:
+    """Where a runtime keeps the graphs it makes from a model, by the weights' fingerprint: ``folder(fingerprint)``
+    (under ``<cache>/<runtime>/``), the ``fingerprint.txt`` text a current folder holds (the fingerprint and the
+    runtime's ``recipe()``), and the graph files it must hold."""
+
+    folder: Callable[[str], Path]
+    recipe: Callable[[], str]
+    files: tuple[str, ...]
+
+    def stamp(self, fingerprint: str) -> str:
+        return f"{fingerprint}\n{self.recipe()}\n"
+
+    def is_current(self, target: Path, fingerprint: str) -> bool:
+        """Whether ``target`` holds every graph, made from the weights with ``fingerprint`` by this recipe."""
+        recorded = target / "fingerprint.txt"
+        return (recorded.is_file() and recorded.read_text() == self.stamp(fingerprint)
+                and all((target / name).is_file() for name in self.files))
 
 
 def onnx_dir(folder: Path, fingerprint: str) -> Path:
@@ -73,6 +94,9 @@ def recipe() -> str:
     return f"export {EXPORT_VERSION}, int8 per-channel, reduce_range={int8_bits() == 7}"
 
 
+ONNX_GRAPHS = GraphCache(lambda fingerprint: onnx_dir(Path(), fingerprint), recipe, tuple(FILES.values()))
+
+
 def graph_tag(backend: str) -> str:
     """What names the graph of ``backend`` in a model id: the export version, and the INT8 weights' range."""
     bits = f"-int{int8_bits()}" if backend == "onnx_int8" else ""
@@ -90,7 +114,7 @@ def backend_model_id(folder: Path, backend: str) -> str:
 
 def stamp(fingerprint: str) -> str:
     """The content of ``fingerprint.txt`` for a graph of the weights with ``fingerprint`` made by :func:`recipe`."""
-    return f"{fingerprint}\n{recipe()}\n"
+    return ONNX_GRAPHS.stamp(fingerprint)
 
 
 def transformer_of(model: Any) -> Any:
@@ -176,16 +200,18 @@ def encoder_head(model: Any, features: dict[str, Any]) -> Any:
     return model(features)["sentence_embedding"]
 
 
-def current_graphs(folder: Path, build: Callable[[Path, str], Any]) -> Path:
-    """The folder of the graphs of the model in ``folder`` (by its weights' fingerprint), made by
-    ``build(target, fingerprint)`` first when they are missing or stale: an old graph is rebuilt, never used."""
+def current_graphs(folder: Path, build: Callable[[Path, str], Any], graphs: GraphCache | None = None) -> Path:
+    """The folder of the graphs of the model in ``folder`` (by its weights' fingerprint; ``graphs``: which
+    runtime's, ONNX Runtime's by default), made by ``build(target, fingerprint)`` first when they are missing or
+    stale: an old graph is rebuilt, never used."""
+    graphs = graphs or ONNX_GRAPHS
     fingerprint = model_fingerprint(folder)
-    target = onnx_dir(folder, fingerprint)
-    if is_current(target, fingerprint):
+    target = graphs.folder(fingerprint)
+    if graphs.is_current(target, fingerprint):
         return target
     with export_lock(target):
-        if not is_current(target, fingerprint):  # another process may have made it while this one waited
-            logger.info("exporting %s to ONNX (once)", folder)
+        if not graphs.is_current(target, fingerprint):  # another process may have made it while this one waited
+            logger.info("exporting %s to %s (once)", folder, target.parent.name)
             build(target, fingerprint)
     return target
 
@@ -205,11 +231,9 @@ def export_lock(target: Path) -> Iterator[None]:
 
 
 def is_current(target: Path, fingerprint: str) -> bool:
-    """Whether ``target`` holds both graphs made from the weights with ``fingerprint`` by this machine's
+    """Whether ``target`` holds both ONNX graphs made from the weights with ``fingerprint`` by this machine's
     :func:`recipe`."""
-    recorded = target / "fingerprint.txt"
-    return (recorded.is_file() and recorded.read_text() == stamp(fingerprint)
-            and all((target / name).is_file() for name in FILES.values()))
+    return ONNX_GRAPHS.is_current(target, fingerprint)
 
 
 def export_model(folder: Path, model: Any = None, tokenizer: Any = None) -> Path:

@@ -40,7 +40,7 @@ def test_the_graphs_are_fused_and_the_torch_model_is_left_as_it_was(verifier_dir
 
     before = NLIVerifier(str(verifier_dir), backend="torch").predict(PREMISES, CLAIMS)
     verifier = NLIVerifier(str(verifier_dir), backend="onnx")  # exports from its own torch model
-    verifier.onnx = None  # the torch forward of the model the graph was exported from
+    verifier.session = None  # the torch forward of the model the graph was exported from
     assert verifier.model.config._attn_implementation == "sdpa"
     assert np.allclose(verifier.predict(PREMISES, CLAIMS), before, atol=1e-6)
     target = onnx_dir(verifier_dir, model_fingerprint(verifier_dir))

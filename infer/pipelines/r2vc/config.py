@@ -66,8 +66,9 @@ class R2VCConfig:
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
     nli_batch_size: int = field(default=32, metadata={"help": "(passage, claim) pairs per verifier batch."})
     nli_backend: str = field(default="auto", metadata={
-        "help": "Verifier backend: torch, onnx (ONNX Runtime, fp32), onnx_int8, or auto (onnx on a CPU, its graph "
-                "exported on first use; torch on a GPU)."})
+        "help": "Verifier backend: torch, onnx (ONNX Runtime, fp32), onnx_int8, openvino (fp32), openvino_int8 "
+                "(static INT8, the fastest on a CPU: docs/results.md#verifier-backends), or auto (onnx on a CPU, its "
+                "graph exported on first use; torch on a GPU)."})
     use_verifier: bool = field(default=True, metadata={
         "help": "false: the generator-only ablation (majority label of the candidates, its vote share as confidence, "
                 "no verifier-based choice or abstention; the verifier's scores are still recorded)."})
