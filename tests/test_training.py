@@ -841,3 +841,52 @@ def test_dry_run_memory_agrees_with_the_peaks_measured_on_a_gpu(job: str, tokens
     fixed = (8_072_204_288 - 41_943_040) * 2 / GIB + 41_943_040 * (2 * 2 + 12) / GIB  # weights, LoRA + grads, AdamW
     estimate = fixed + activation_bytes(config, 1, tokens, checkpointing, 2, "all-linear", dropout) / GIB
     assert estimate == pytest.approx(peak, rel=0.12), (job, estimate)
+
+
+def test_focal_loss_is_cross_entropy_at_gamma_0_and_weighs_hard_pairs_more() -> None:
+    import torch
+
+    from veracity.train.nli import focal_loss
+
+    logits = torch.tensor([[4.0, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 3.0]])
+    labels = torch.tensor([0, 1, 0])
+    assert torch.isclose(focal_loss(logits, labels, 0.0), torch.nn.functional.cross_entropy(logits, labels))
+    p = torch.softmax(logits, -1)[torch.arange(3), labels]
+    rows = -((1 - p) ** 2) * p.log()
+    assert torch.isclose(focal_loss(logits, labels, 2.0), rows.mean())
+    assert torch.isclose(focal_loss(logits, labels, 2.0, num_items_in_batch=6), rows.sum() / 6)
+    # the easy pair (gold probability 0.96) loses most of its weight, the hard one (0.05) little
+    ce = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+    assert rows[0] / ce[0] < 0.01 and rows[2] / ce[2] > 0.9
+    assert focal_loss(logits.half(), labels, 2.0).dtype == torch.float32
+
+
+def test_nli_training_with_focal_gamma_trains_on_the_focal_loss(
+        prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    from veracity.train import nli
+
+    gammas = []
+    real = nli.focal_loss
+
+    def spy(logits: Any, labels: Any, gamma: float, num_items_in_batch: Any = None) -> Any:
+        gammas.append(gamma)
+        return real(logits, labels, gamma, num_items_in_batch)
+
+    monkeypatch.setattr(nli, "focal_loss", spy)
+
+    def run(folder: str, *extra: str) -> None:
+        nli.main(["--prepared_dir", str(prepared_dir), "--init", str(tiny_encoder_dir / ".." / "hf"),
+                  "--eval_sources", "vitaminc", "--output_dir", str(tmp_path / folder), "--max_steps", "2",
+                  "--learning_rate", "0.001", "--report_to", "none", "--use_cpu", "true", "--install", "false",
+                  "--max_length", "64", "--seed", "3", *extra])
+
+    run("ce")
+    assert gammas == []  # cross-entropy by default: the model's own loss
+    run("focal", "--focal_gamma", "2")
+    assert gammas and set(gammas) == {2.0}
+    assert "Loss: focal, gamma 2 (Lin et al., 2017)" in (tmp_path / "focal" / "model" / "README.md").read_text()
+    weights = {f: load_file(tmp_path / f / "model" / "model.safetensors") for f in ("ce", "focal")}
+    assert any(not torch.equal(weights["ce"][k], weights["focal"][k]) for k in weights["ce"])

@@ -93,6 +93,9 @@ class NLIDataArgs:
                 "are dropped. Guards against a start whose fresh head fails to take off (Dodge et al., 2020)."})
     start_steps: int = field(default=200, metadata={
         "help": "With starts > 1: the step at which the starts are compared, on the full run's schedule."})
+    focal_gamma: float = field(default=0.0, metadata={
+        "help": "Focal loss (Lin et al., 2017): each pair's cross-entropy times (1 - p_gold)^gamma, so pairs the "
+                "model already gets right weigh less and the hard ones (a minority label's) more; 0 = cross-entropy."})
     label_offsets: bool = field(default=False, metadata={
         "help": "After training, fit per-label logit offsets on the whole calib split (each evaluation source weighs "
                 "the same) and add them to the head's bias: a label-prior correction between the training mix and "
@@ -225,6 +228,26 @@ def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     gold = [ID2LABEL[int(i)] for i in labels]
     pred = [ID2LABEL[int(i)] for i in predictions.argmax(-1)]
     return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(gold, pred, sorted(set(gold)))}
+
+
+def focal_loss(logits: Any, labels: Any, gamma: float, num_items_in_batch: Any = None) -> Any:
+    """The focal loss of a batch (Lin et al., 2017): ``-(1 - p)^gamma log p`` of each row's gold label ``p``, summed
+    over the rows and divided by ``num_items_in_batch`` (the Trainer's count over an accumulated batch) where given,
+    else averaged; ``gamma`` 0 is cross-entropy. Computed in float32 whatever the logits' dtype."""
+    import torch
+
+    log_p = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[:, None]).squeeze(-1)
+    loss = -((1 - log_p.exp()) ** gamma) * log_p
+    return loss.sum() / num_items_in_batch if num_items_in_batch is not None else loss.mean()
+
+
+def focal_loss_func(gamma: float) -> Any:
+    """The Trainer's ``compute_loss_func`` for :func:`focal_loss` with ``gamma``."""
+
+    def loss(outputs: Any, labels: Any, num_items_in_batch: Any = None) -> Any:
+        return focal_loss(outputs.logits, labels, gamma, num_items_in_batch)
+
+    return loss
 
 
 def head_parameters(model: Any) -> list[Any]:
@@ -433,6 +456,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             del model.config.veracity_label_offsets
         return _trainer_class()(
             model=model, args=run, head_learning_rate=args.head_learning_rate,
+            compute_loss_func=focal_loss_func(args.focal_gamma) if args.focal_gamma else None,
             length_batch_order=args.length_batch_order, length_group_batches=args.length_group_batches,
             train_dataset=train_dataset, eval_dataset=selection, processing_class=tokenizer,
             data_collator=DataCollatorWithPadding(tokenizer), callbacks=list(callbacks),
@@ -490,7 +514,8 @@ def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict
                  for name, r in results.items()},
         notes=[*(["QUICK run (the demo's fallback, at most 150 steps): not the real verifier"] if args.quick else []),
                *([starts_note(stats["starts"])] if "starts" in stats else []),
-               *([offsets_note(stats["label_offsets"])] if "label_offsets" in stats else [])])
+               *([offsets_note(stats["label_offsets"])] if "label_offsets" in stats else []),
+               *([f"Loss: focal, gamma {args.focal_gamma:g} (Lin et al., 2017)"] if args.focal_gamma else [])])
 
 
 def starts_note(starts: dict[str, Any]) -> str:
