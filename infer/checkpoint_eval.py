@@ -182,6 +182,8 @@ def make_parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, engine_config = parse_config(make_parser(), argv)
+    # the data before the model: a bad input stops the run before a first use converts the embedded one
+    examples_of = {source: load_examples(args, source) for source in args.sources}
     engine = make_engine(engine_config) if args.kind == "generator" else None
     decoding = engine.decoding(["json_schema"] if args.constrained else []) if engine is not None else None
     write_run_config(args.output_dir, args, engine_config, job="eval checkpoint", decoding=decoding,
@@ -195,8 +197,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         scorer = NLIVerifier(args.nli_model, args.nli_batch_size, backend=args.nli_backend,
                              device=engine_config.device)
         evaluate = partial(evaluate_nli, scorer)
-    for source in args.sources:
-        examples = load_examples(args, source)
+    for source, examples in examples_of.items():
         started = time.perf_counter()
         results[source], source_rows = evaluate(examples)
         seconds = time.perf_counter() - started  # model time: examples scored per second on --device

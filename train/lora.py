@@ -26,6 +26,7 @@ import yaml
 
 from veracity.config import load_config_values
 from veracity.data_prep.errors import DataError, InputError
+from veracity.data_prep.readers import check_input
 from veracity.io import mark_completed, sha256_file, write_json
 from veracity.models.model_card import command_line, data_licences, hub_id, write_model_card
 from veracity.models.registry import resolve_model
@@ -89,9 +90,12 @@ def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, 
 
 
 def prepare_run(script: TrainScriptArgs, training_args: Any, model_args: Any, job: str) -> Path:
-    """Resolve the model, record the run, and return the model folder."""
+    """Check the inputs, resolve the model, record the run, and return the model folder."""
     if not model_args.use_peft:
         raise ValueError("veracity trains LoRA adapters: set use_peft: true")
+    if getattr(script, "sft_adapter", None):  # the inputs before the model: a first use converts the embedded one
+        check_input(Path(script.sft_adapter), directory=True)
+    check_input(Path(script.train_file))
     model_dir = resolve_model("chat_lm", model_args.model_name_or_path or "embedded")
     if training_args.should_save:  # one writer per run directory in a multi-process launch
         write_run_config(training_args.output_dir, script, training_args, model_args, job=job)
