@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from veracity.config import make_parser as parser_for
+from veracity.data_prep.readers import check_input
 from veracity.train.lora import TrainScriptArgs, prepare_run, run_job, train_lora
 from veracity.train.merge import merge_adapter
 
@@ -43,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> Any:
 def train_dpo(script: DPOScriptArgs, training_args: Any, model_args: Any) -> Path:
     from trl import DPOTrainer
 
+    if script.sft_adapter:  # checked before prepare_run resolves (and may convert) the model
+        check_input(Path(script.sft_adapter), directory=True)
     model_dir = prepare_run(script, training_args, model_args, job="train dpo")
     if script.sft_adapter:  # merged by the writing process; the others wait, then find it complete and reuse it
         with training_args.main_process_first(local=training_args.save_on_each_node, desc="merging the SFT adapter"):

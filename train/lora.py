@@ -93,9 +93,7 @@ def prepare_run(script: TrainScriptArgs, training_args: Any, model_args: Any, jo
     """Check the inputs, resolve the model, record the run, and return the model folder."""
     if not model_args.use_peft:
         raise ValueError("veracity trains LoRA adapters: set use_peft: true")
-    if getattr(script, "sft_adapter", None):  # the inputs before the model: a first use converts the embedded one
-        check_input(Path(script.sft_adapter), directory=True)
-    check_input(Path(script.train_file))
+    check_input(Path(script.train_file))  # the inputs before the model: a first use converts the embedded one
     model_dir = resolve_model("chat_lm", model_args.model_name_or_path or "embedded")
     if training_args.should_save:  # one writer per run directory in a multi-process launch
         write_run_config(training_args.output_dir, script, training_args, model_args, job=job)
