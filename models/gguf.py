@@ -7,7 +7,9 @@ from its config, load the dequantized state dict, tie weights, save (PLATFORM.md
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from veracity.io import atomic_directory, is_completed
@@ -24,7 +26,8 @@ def convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> Path:
 
     logger.info("converting %s/%s into %s (once)", gguf_dir, gguf_file, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
-    quantized = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
+    with _bar_follows_transformers():
+        quantized = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -39,3 +42,19 @@ def convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return target
+
+
+@contextlib.contextmanager
+def _bar_follows_transformers() -> Iterator[None]:
+    """transformers' GGUF loader draws a plain tqdm bar ("Converting and de-quantizing GGUF tensors") that ignores
+    ``disable_progress_bar()``; for the conversion it draws transformers' own tqdm instead, which honours it (so the
+    CLI's quiet default hides it and ``--verbose`` shows it)."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_loader
+    from transformers.utils import logging as hf_logging
+
+    plain = gguf_loader.tqdm
+    gguf_loader.tqdm = hf_logging.tqdm
+    try:
+        yield
+    finally:
+        gguf_loader.tqdm = plain

@@ -262,6 +262,28 @@ def test_smollm2_gguf_converts_once_and_generates(monkeypatch: pytest.MonkeyPatc
     assert "Paris" in tokenizer.decode(output[0][inputs["input_ids"].shape[1]:])
 
 
+@pytest.mark.slow
+def test_gguf_conversion_bar_follows_transformers_switch(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """transformers' GGUF loader draws a plain tqdm bar; the conversion routes it through transformers' switch, so
+    the CLI's quiet default (progress bars off) prints nothing and ``--verbose`` (on) shows the bar."""
+    from transformers.utils import logging as hf_logging
+
+    from veracity.models.gguf import convert_gguf
+
+    shipped = registry.ROLES["chat_lm"].embedded
+    package = Path(importlib.util.find_spec(shipped.package).submodule_search_locations[0]) / shipped.subpath
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    try:
+        for enabled, target in ((False, tmp_path / "quiet"), (True, tmp_path / "verbose")):
+            (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+            capfd.readouterr()
+            convert_gguf(package, "SmolLM2-135M-Instruct.Q4_1.gguf", target)
+            assert ("Converting and de-quantizing GGUF tensors" in capfd.readouterr().err) is enabled
+            assert (target / "COMPLETED").exists()
+    finally:
+        (hf_logging.enable_progress_bar if was_enabled else hf_logging.disable_progress_bar)()
+
+
 def test_models_card_puts_measured_sections_into_the_card(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``veracity models card``: a new section lands before Licence, a second run replaces it (never twice), the
     fingerprint does not move; a missing section file is one line naming it, exit status 2, the card untouched."""
