@@ -182,9 +182,12 @@ def make_parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, engine_config = parse_config(make_parser(), argv)
-    # the data before the model: a bad input stops the run before a first use converts the embedded one
+    # the data, then the model, then the run folder: a bad input stops the run before a first use converts the
+    # embedded model, and a model that is not there before anything is written
     examples_of = {source: load_examples(args, source) for source in args.sources}
     engine = make_engine(engine_config) if args.kind == "generator" else None
+    scorer = None if engine is not None else NLIVerifier(args.nli_model, args.nli_batch_size, backend=args.nli_backend,
+                                                         device=engine_config.device)
     decoding = engine.decoding(["json_schema"] if args.constrained else []) if engine is not None else None
     write_run_config(args.output_dir, args, engine_config, job="eval checkpoint", decoding=decoding,
                      device=resolve_device(engine_config.device))
@@ -194,8 +197,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         evaluate = partial(evaluate_generator, engine, max_new_tokens=args.max_new_tokens,
                            constrained=args.constrained, rationale_max_chars=args.rationale_max_chars)
     else:
-        scorer = NLIVerifier(args.nli_model, args.nli_batch_size, backend=args.nli_backend,
-                             device=engine_config.device)
         evaluate = partial(evaluate_nli, scorer)
     for source, examples in examples_of.items():
         started = time.perf_counter()

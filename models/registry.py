@@ -50,8 +50,10 @@ def models_roots() -> list[Path]:
     return [Path(configured).expanduser()] if configured else [Path(p) for p in DEFAULT_MODELS_ROOTS]
 
 
-class ModelNotFoundError(FileNotFoundError):
-    """A model that is not on this machine; the message says which package to install or path to set."""
+class ModelNotFoundError(InputError, FileNotFoundError):
+    """A model that is not on this machine; the message says which package to install or path to set. An input
+    error: every command prints it as one ``error:`` line (a ``--init``, ``--nli_model`` or ``--model`` path that
+    is not there), and it is still a FileNotFoundError for callers that catch those."""
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
         else:
             _list_roles()
             return None
-    except (ModelNotFoundError, KeyError, ValueError, FileNotFoundError) as error:
+    except (KeyError, ValueError, FileNotFoundError) as error:  # ModelNotFoundError among them
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
         if isinstance(error, FileNotFoundError) and error.filename:  # not Python's "[Errno 2] No such file …"
             message = f"{error.filename}: not found"

@@ -161,6 +161,25 @@ def test_unknown_option_is_one_error_line_exit_2(command: str, sub: str, tmp_pat
     assert _one_error_line(code, err).endswith("unrecognized arguments: --bogus 1")
 
 
+@pytest.mark.parametrize("argv", [
+    ["train", "nli", "--init", MISSING, "--claim_sources", "vitaminc", "--eval_sources", "vitaminc",
+     "--use_cpu", "true", "--report_to", "none"],
+    ["eval", "checkpoint", "--kind", "nli", "--nli_model", MISSING, "--sources", "vitaminc"],
+    ["index", "build", "--corpus", "corpus.jsonl", "--embedder", MISSING],
+], ids=["train-nli-init", "eval-checkpoint-nli-model", "index-build-embedder"])
+def test_a_model_path_that_is_not_there_is_one_error_line(argv: list[str], prepared_dir: Path, tmp_path: Path,
+                                                          monkeypatch, capsys) -> None:
+    """A model option naming no folder is the user's to fix: one ``error:`` line naming it, exit status 2, and the
+    run folder not written (the models are resolved before it is)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.jsonl").write_text('{"doc_id": "a", "text": "The bridge is 120 m long."}\n')
+    out = tmp_path / "out"
+    code, _, err = run(argv + ["--prepared_dir", str(prepared_dir)] * (argv[0] != "index")
+                       + ["--output_dir", str(out)], capsys)
+    assert MISSING in _one_error_line(code, err)
+    assert not out.exists()
+
+
 def test_the_issues_two_commands(capsys) -> None:
     code, _, err = run(["index", "search", "--index_dir", "/nonexistent", "--query", "x"], capsys)
     assert _one_error_line(code, err) == "error: /nonexistent is not a complete index (no index_meta.json)"

@@ -423,9 +423,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
         training.max_steps = min(training.max_steps if training.max_steps > 0 else 150, 150)
         args.max_eval_per_source = min(args.max_eval_per_source, 100)
-    pairs, stats = training_pairs(args)  # first: a bad caps / repeats entry stops the run before it writes anything
-    write_run_config(training.output_dir, args, training, job="train nli")
+    # first a bad caps / repeats entry or a missing --init stops the run, before it writes anything
+    pairs, stats = training_pairs(args)
     init = initial_model(args.init)
+    write_run_config(training.output_dir, args, training, job="train nli")
     check_label_order(init)
     tokenizer = AutoTokenizer.from_pretrained(init)
     logger.info("training pairs: %s", json.dumps({k: stats[k] for k in ("pairs", "labels")}))

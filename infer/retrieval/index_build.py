@@ -25,6 +25,7 @@ from veracity.config import parse_config
 from veracity.infer.executors import ExecutorConfig
 from veracity.infer.retrieval.index import IndexSettings, build_index, check_corpus
 from veracity.models.device import DeviceOptions, resolve_device
+from veracity.models.registry import resolve_model
 from veracity.rundir import write_run_config
 
 
@@ -42,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     build, settings, where, executor = parse_config(make_parser(), argv)
     documents = check_corpus(build.corpus)  # a bad record (DataError, exit 2) stops here, before anything is written
     device = resolve_device(where.device) if settings.dense else None  # BM25 alone loads no model
+    if settings.dense:  # a --embedder that is not there is one error line too, before anything is written
+        resolve_model("embedder", settings.embedder)
     write_run_config(build.output_dir, build, settings, executor, job="index build", device=device)
     embedded = None
     if settings.dense and executor.executor == "ray":
