@@ -39,6 +39,7 @@ from veracity.infer.metrics import (
     macro_f1,
 )
 from veracity.infer.parsing import name_cut_off
+from veracity.infer.pipelines.r2vc.config import NLI_BACKEND_HELP
 from veracity.infer.pipelines.r2vc.prompt import (
     RATIONALE_MAX_CHARS,
     answer_constraint,
@@ -64,9 +65,7 @@ class CheckpointEvalArgs:
     max_examples: int | None = field(default=None, metadata={"help": "Cap per source (quick runs)."})
     output_dir: str = field(default="runs/eval_checkpoint", metadata={"help": "Run directory."})
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
-    nli_backend: str = field(default="auto", metadata={
-        "help": "Verifier backend: torch, onnx, onnx_int8, openvino, openvino_int8, or auto (onnx on a CPU, "
-                "exported on first use)."})
+    nli_backend: str = field(default="auto", metadata={"help": NLI_BACKEND_HELP})
     max_new_tokens: int = field(default=160, metadata={
         "help": "Generator answer budget when unconstrained (constrained: sized to the longest answer the schema "
                 "allows)."})

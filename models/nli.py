@@ -33,7 +33,7 @@ from veracity.models.loading import loading_deferred
 from veracity.models.onnx_runtime import BACKENDS as ONNX_BACKENDS
 from veracity.models.onnx_runtime import FILES as ONNX_FILES
 from veracity.models.onnx_runtime import OnnxSession, backend_model_id, export_model
-from veracity.models.openvino_runtime import OpenVINOSession, export_openvino
+from veracity.models.openvino_runtime import CascadeSession, OpenVINOSession, export_openvino, openvino_session
 from veracity.models.registry import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -46,8 +46,10 @@ TRUNCATIONS = ("only_first", "only_second", "longest_first")  # what a tokenizer
 DEFAULT_CPU_BACKEND = "onnx"
 
 
-# torch; ONNX Runtime fp32 and dynamic INT8; OpenVINO fp32 and static INT8 (the last four on the CPU only)
+# torch; ONNX Runtime fp32 and dynamic INT8; OpenVINO fp32, static INT8, and INT8 with fp32 for the close calls
+# (all but torch on the CPU only)
 BACKENDS = (*ONNX_BACKENDS, *openvino_runtime.BACKENDS)
+Session = OnnxSession | OpenVINOSession | CascadeSession  # a graph backend's: run(batch) -> logits
 
 
 def verifier_model_id(folder: Path, backend: str) -> str:
@@ -148,7 +150,8 @@ class NLIVerifier:
     def __init__(self, model: str = "embedded", batch_size: int = 32, device: str = "auto",
                  max_length: int | None = None, backend: str = "auto"):
         """``backend``: ``torch``, ``onnx`` (fp32 graph through ONNX Runtime), ``onnx_int8`` (dynamically quantized),
-        ``openvino`` (fp32 through OpenVINO), ``openvino_int8`` (statically quantized by NNCF), or ``auto`` —
+        ``openvino`` (fp32 through OpenVINO), ``openvino_int8`` (statically quantized by NNCF), ``openvino_cascade``
+        (that INT8, with the pairs it scores as close calls re-scored in fp32), or ``auto`` —
         :data:`DEFAULT_CPU_BACKEND` on a CPU, torch on a GPU (:func:`resolve_backend`). A graph is exported on first
         use and cached with the weights' fingerprint (``models/onnx_runtime.py``, ``models/openvino_runtime.py``;
         ``train nli`` exports the ONNX graphs of the verifiers it trains, ``veracity models export-onnx`` any other);
@@ -182,7 +185,7 @@ class NLIVerifier:
         self.stats = VerifierStats()
         self._special = self.tokenizer.num_special_tokens_to_add(pair=True)
         self._model: Any = None
-        self._session: OnnxSession | OpenVINOSession | None = None
+        self._session: Session | None = None
         self._session_wanted = self.backend != "torch"
         if not loading_deferred():
             self.load()  # now: a verifier that cannot load fails here, not claim by claim
@@ -204,14 +207,14 @@ class NLIVerifier:
         return self._model
 
     @property
-    def session(self) -> OnnxSession | OpenVINOSession | None:
+    def session(self) -> Session | None:
         """The runtime session of a graph backend (None: torch), loaded when first needed."""
         if self._session_wanted and self._session is None:
             self.load()
         return self._session
 
     @session.setter
-    def session(self, session: OnnxSession | OpenVINOSession | None) -> None:
+    def session(self, session: Session | None) -> None:
         """Replace the session; None runs the torch model from then on."""
         self._session, self._session_wanted = session, session is not None
 
@@ -293,11 +296,11 @@ class NLIVerifier:
             pieces += [self.tokenizer.decode(ids[i : i + step]) for i in range(0, len(ids), step)]
         return pieces
 
-    def _graph_session(self) -> OnnxSession | OpenVINOSession:
+    def _graph_session(self) -> Session:
         """The session of this model's graph for :attr:`backend`, exported first when missing or stale."""
         if self.backend in openvino_runtime.BACKENDS:
             graphs = export_openvino(self.folder, self.model, self.tokenizer, self.max_length, self.truncation)
-            return OpenVINOSession(graphs / openvino_runtime.FILES[self.backend])
+            return openvino_session(graphs, self.backend)
         return OnnxSession(export_model(self.folder, self.model, self.tokenizer) / ONNX_FILES[self.backend])
 
     def _logits(self, batch: Any) -> np.ndarray:

@@ -14,6 +14,13 @@ ABSTENTION_MODES = ("fixed", "risk_control", "none")
 RETRIEVAL_CORPORA = {"climate_fever_claims": "climate_fever_corpus", "fever_paper_dev": "fever_wiki_paragraphs"}
 
 
+# --nli_backend's help, wherever a command scores with the verifier (docs/results.md#verifier-backends)
+NLI_BACKEND_HELP = (
+    "Verifier backend: torch, onnx (ONNX Runtime, fp32), onnx_int8, openvino (fp32), openvino_int8 (static INT8, the "
+    "fastest on a CPU with VNNI), openvino_cascade (that INT8, the close calls re-scored in fp32: torch's accuracy "
+    "within 0.01), or auto (onnx on a CPU, its graph exported on first use; torch on a GPU).")
+
+
 @dataclass
 class R2VCConfig:
     """What to run R2VC on and how (fields double as ``veracity infer r2vc`` options)."""
@@ -65,10 +72,7 @@ class R2VCConfig:
     # --- verifier and decision ----------------------------------------------------------------------------
     nli_model: str = field(default="embedded", metadata={"help": "NLI verifier: 'embedded', 'real', path, hub id."})
     nli_batch_size: int = field(default=32, metadata={"help": "(passage, claim) pairs per verifier batch."})
-    nli_backend: str = field(default="auto", metadata={
-        "help": "Verifier backend: torch, onnx (ONNX Runtime, fp32), onnx_int8, openvino (fp32), openvino_int8 "
-                "(static INT8, the fastest on a CPU: docs/results.md#verifier-backends), or auto (onnx on a CPU, its "
-                "graph exported on first use; torch on a GPU)."})
+    nli_backend: str = field(default="auto", metadata={"help": NLI_BACKEND_HELP})
     use_verifier: bool = field(default=True, metadata={
         "help": "false: the generator-only ablation (majority label of the candidates, its vote share as confidence, "
                 "no verifier-based choice or abstention; the verifier's scores are still recorded)."})
