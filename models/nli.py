@@ -131,13 +131,15 @@ def aggregate_windows(probabilities: np.ndarray) -> np.ndarray:
 
 @dataclass
 class VerifierStats:
-    """What the last calls did: pairs asked, distinct pairs scored, premises split into windows, forward rows."""
+    """What the last calls did: pairs asked, distinct pairs scored, premises split into windows, forward rows, rows
+    the cascade backend re-scored in fp32."""
 
     pairs: int = 0
     distinct: int = 0
     windowed: int = 0
     windows: int = 0
     truncated_hypotheses: int = 0
+    rescored_fp32: int = 0
     by_call: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, int]:
@@ -305,7 +307,9 @@ class NLIVerifier:
 
     def _logits(self, batch: Any) -> np.ndarray:
         if self.session is not None:
-            return self.session.run({k: v.numpy() for k, v in batch.items()})
+            logits = self.session.run({k: v.numpy() for k, v in batch.items()})
+            self.stats.rescored_fp32 += getattr(self.session, "last_rescored", 0)  # the cascade's second looks
+            return logits
         with self.torch.inference_mode():
             return self.model(**batch.to(self.device)).logits.float().cpu().numpy()
 

@@ -163,11 +163,11 @@ def top_two_gap(logits: np.ndarray) -> np.ndarray:
 class CascadeSession:
     """INT8 first, fp32 for the close calls: ``run(batch)`` scores the batch with ``int8`` and re-scores with
     ``fp32`` the rows whose INT8 top-two probability gap is below ``margin`` (cut to their own longest input);
-    ``scored`` and ``rescored`` count rows."""
+    ``scored`` and ``rescored`` count rows, ``last_rescored`` those of the last batch."""
 
     def __init__(self, int8: OpenVINOSession, fp32: OpenVINOSession, margin: float = CASCADE_MARGIN):
         self.int8, self.fp32, self.margin = int8, fp32, margin
-        self.scored = self.rescored = 0
+        self.scored = self.rescored = self.last_rescored = 0
 
     def run(self, batch: dict[str, Any]) -> np.ndarray:
         logits = np.array(self.int8.run(batch), dtype=np.float32)
@@ -178,8 +178,9 @@ class CascadeSession:
                 used = rows["attention_mask"].any(axis=0)
                 rows = {name: values[:, used] for name, values in rows.items()}
             logits[close] = self.fp32.run(rows)
+        self.last_rescored = int(close.size)
         self.scored += len(logits)
-        self.rescored += int(close.size)
+        self.rescored += self.last_rescored
         return logits
 
 

@@ -135,5 +135,6 @@ def test_the_cascade_is_int8_or_fp32_by_its_margin(verifier_dir: Path, monkeypat
         cascade.session.margin = margin
         assert np.allclose(cascade.predict(PREMISES, CLAIMS), expected, atol=1e-6)
     assert cascade.session.rescored == cascade.session.scored // 2 > 0
+    assert cascade.stats.rescored_fp32 == cascade.session.rescored  # what the run records say
     monkeypatch.setattr(openvino_runtime, "CASCADE_MARGIN", 0.2)
     assert NLIVerifier(str(verifier_dir), backend="openvino_cascade").model_id.endswith("-margin0.2")
