@@ -185,18 +185,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     # embedded model, and a model that is not there before anything is written
     examples_of = {source: load_examples(args, source) for source in args.sources}
     engine = make_engine(engine_config) if args.kind == "generator" else None
-    scorer = None if engine is not None else NLIVerifier(args.nli_model, args.nli_batch_size, backend=args.nli_backend,
-                                                         device=engine_config.device)
+    if engine is not None:
+        evaluate = partial(evaluate_generator, engine, max_new_tokens=args.max_new_tokens,
+                           constrained=args.constrained, rationale_max_chars=args.rationale_max_chars)
+    else:
+        evaluate = partial(evaluate_nli, NLIVerifier(args.nli_model, args.nli_batch_size, backend=args.nli_backend,
+                                                     device=engine_config.device))
     decoding = engine.decoding(["json_schema"] if args.constrained else []) if engine is not None else None
     write_run_config(args.output_dir, args, engine_config, job="eval checkpoint", decoding=decoding,
                      device=resolve_device(engine_config.device))
     results: dict[str, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []
-    if engine is not None:
-        evaluate = partial(evaluate_generator, engine, max_new_tokens=args.max_new_tokens,
-                           constrained=args.constrained, rationale_max_chars=args.rationale_max_chars)
-    else:
-        evaluate = partial(evaluate_nli, scorer)
     for source, examples in examples_of.items():
         started = time.perf_counter()
         results[source], source_rows = evaluate(examples)

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.special import softmax
 
 from veracity.io import atomic_directory
 from veracity.models.onnx_runtime import INPUT_NAMES, GraphCache, current_graphs, eager_copy
@@ -156,6 +155,8 @@ class OpenVINOSession:
 
 def top_two_gap(logits: np.ndarray) -> np.ndarray:
     """Per row of ``logits`` ``(n, labels)``: the softmax probability of the top label minus the runner-up's."""
+    from scipy.special import softmax  # lazy: 0.12 s to import, and only the cascade needs it
+
     ranked = np.sort(softmax(np.asarray(logits, dtype=np.float64), axis=1), axis=1)
     return ranked[:, -1] - ranked[:, -2]
 
