@@ -890,3 +890,69 @@ def test_nli_training_with_focal_gamma_trains_on_the_focal_loss(
     assert "Loss: focal, gamma 2 (Lin et al., 2017)" in (tmp_path / "focal" / "model" / "README.md").read_text()
     weights = {f: load_file(tmp_path / f / "model" / "model.safetensors") for f in ("ce", "focal")}
     assert any(not torch.equal(weights["ce"][k], weights["focal"][k]) for k in weights["ce"])
+
+
+def test_vote_targets_mix_the_gold_label_with_the_votes_and_the_loss_reads_them() -> None:
+    import torch
+
+    from veracity.train.nli import focal_loss, vote_target
+
+    assert vote_target("neutral", ["contradiction", "neutral"], 0.5) == [0.0, 0.75, 0.25]
+    assert vote_target("neutral", ["contradiction", "entailment"], 1.0) == [0.5, 0.0, 0.5]
+    assert vote_target("contradiction", [], 0.5) == [0.0, 0.0, 1.0]  # no votes: the gold label
+    assert vote_target("neutral", ["contradiction", "neutral"], 0.0) == [0.0, 1.0, 0.0]
+    logits = torch.tensor([[4.0, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 3.0]])
+    labels = torch.tensor([0, 1, 0])
+    one_hot = torch.nn.functional.one_hot(labels, 3).float()
+    for gamma in (0.0, 2.0):  # a one-hot target is its label id
+        assert torch.isclose(focal_loss(logits, one_hot, gamma), focal_loss(logits, labels, gamma))
+    soft = torch.tensor([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.25, 0.0, 0.75]])
+    expected = -(soft * torch.log_softmax(logits, -1)).sum(-1)  # cross-entropy against a distribution
+    assert torch.isclose(focal_loss(logits, soft, 0.0), expected.mean())
+    # the Trainer counts the 9 entries of a (3, 3) target as items: still the rows' sum over 3 rows
+    assert torch.isclose(focal_loss(logits, soft, 0.0, num_items_in_batch=torch.tensor(9)), expected.sum() / 3)
+
+
+def test_nli_training_with_vote_weight_trains_climate_fever_pairs_on_their_votes(
+        data_root: Path, tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from veracity import cli
+    from veracity.data_prep.prepare import PrepConfig, prepare
+    from veracity.train import nli
+
+    prepared = tmp_path / "prep"  # every pair in train: cf-0-1 is gold NOT ENOUGH INFO, voted SUPPORTS + NEI
+    prepare(PrepConfig(data_root=str(data_root), output_dir=str(prepared), datasets=["climate_fever", "vitaminc"],
+                       train_fraction=1.0, calib_fraction=0.0, dev_fraction=0.0))
+    targets = []
+    real = nli.focal_loss
+
+    def spy(logits: Any, labels: Any, gamma: float, num_items_in_batch: Any = None) -> Any:
+        if logits.requires_grad:
+            targets.extend(tuple(round(x, 4) for x in row) for row in labels.tolist())
+        return real(logits, labels, gamma, num_items_in_batch)
+
+    monkeypatch.setattr(nli, "focal_loss", spy)
+
+    def run(folder: str, *extra: str) -> None:
+        cli.main(["train", "nli", "--prepared_dir", str(prepared), "--init", str(tiny_encoder_dir / ".." / "hf"),
+                  "--claim_sources", "climate_fever_evidence", "vitaminc", "--eval_sources", "vitaminc",
+                  "--output_dir", str(tmp_path / folder), "--num_train_epochs", "1",
+                  "--per_device_train_batch_size", "16", "--report_to", "none", "--use_cpu", "true",
+                  "--install", "false", "--max_length", "64", *extra])
+
+    run("votes", "--vote_weight", "0.5")
+    pairs = nli.claim_pairs(prepared, "climate_fever_evidence", "train", False)
+    assert [p.get("votes") for p in pairs] == [["entailment", "entailment"], ["entailment", "neutral"], None]
+    assert len(targets) == len(pairs) + len(nli.claim_pairs(prepared, "vitaminc", "train", False))
+    assert targets.count((0.25, 0.75, 0.0)) == 1  # the split vote's pair: half gold, half its votes
+    assert all(row in {(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0), (0.25, 0.75, 0.0)} for row in targets)
+    card = (tmp_path / "votes" / "model" / "README.md").read_text()
+    assert "Targets: 2 pairs with annotator votes trained on (1 - 0.5) x gold + 0.5 x their votes" in card
+    targets.clear()
+    run("gold")
+    assert targets == []  # no vote weight, no focal loss: the model's own cross-entropy on label ids
+    with pytest.raises(SystemExit) as stop:
+        run("bad", "--vote_weight", "1.5")
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: vote_weight: 1.5 is not in [0, 1]")
+    assert not (tmp_path / "bad").exists()

@@ -93,6 +93,12 @@ class NLIDataArgs:
                 "are dropped. Guards against a start whose fresh head fails to take off (Dodge et al., 2020)."})
     start_steps: int = field(default=200, metadata={
         "help": "With starts > 1: the step at which the starts are compared, on the full run's schedule."})
+    vote_weight: float = field(default=0.0, metadata={
+        "help": "For training pairs that carry their annotators' votes (Climate-FEVER evidence): train on "
+                "(1 - w) x the gold label + w x the votes' label distribution instead of the gold label alone (soft "
+                "labels from the crowd, Uma et al., 2021), so a sentence with one REFUTES and one NOT ENOUGH INFO "
+                "vote (gold NOT ENOUGH INFO) no longer teaches that its text refutes nothing. 0 = gold labels only; "
+                "in [0, 1]."})
     focal_gamma: float = field(default=0.0, metadata={
         "help": "Focal loss (Lin et al., 2017): each pair's cross-entropy times (1 - p_gold)^gamma, so pairs the "
                 "model already gets right weigh less and the hard ones (a minority label's) more; 0 = cross-entropy."})
@@ -190,10 +196,11 @@ def eval_pairs(args: NLIDataArgs, split: str = "dev", capped: bool = True) -> di
 
 def claim_pairs(prepared_dir: Path, name: str, split: str, titles: bool) -> list[dict[str, Any]]:
     """(premise, hypothesis, label, id) pairs of one split of a prepared claim source (read through the manifest),
-    examples without evidence skipped. The premise is ``ClaimExample.premise`` (with article titles when
-    ``titles``)."""
+    examples without evidence skipped, and ``votes`` (NLI labels) where the annotators' votes are kept. The premise
+    is ``ClaimExample.premise`` (with article titles when ``titles``)."""
     examples: list[ClaimExample] = read_prepared(prepared_dir, name, [split])  # type: ignore[assignment]
-    return [{"premise": e.premise(titles), "hypothesis": e.claim, "label": TERNARY_TO_NLI[e.label], "id": e.id}
+    return [{"premise": e.premise(titles), "hypothesis": e.claim, "label": TERNARY_TO_NLI[e.label], "id": e.id,
+             **({"votes": [TERNARY_TO_NLI[v] for v in e.meta["votes"]]} if e.meta.get("votes") else {})}
             for e in examples if e.split == split and e.evidence_text.strip()]
 
 
@@ -214,17 +221,31 @@ def check_label_order(folder: Path) -> None:
                          f"{list(NLI_LABELS)}; start from a model with our label order or from a pair encoder")
 
 
-def _tokenize(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> Any:
+def vote_target(label: str, votes: Sequence[str], weight: float) -> list[float]:
+    """The training target of a pair: ``(1 - weight)`` on its gold ``label`` plus ``weight`` spread over the labels
+    as its annotators voted (NLI labels, in ``NLI_LABELS`` order); a pair without votes keeps its gold label."""
+    target = np.eye(len(NLI_LABELS))[NLI_LABELS.index(label)]
+    if votes and weight:
+        share = np.array([sum(v == name for v in votes) for name in NLI_LABELS]) / len(votes)
+        target = (1 - weight) * target + weight * share
+    return [float(x) for x in target]
+
+
+def _tokenize(tokenizer: Any, rows: list[dict[str, Any]], max_length: int, vote_weight: float = 0.0) -> Any:
+    """The pairs tokenized, each with its ``label``: the gold label's id, or with ``vote_weight`` its
+    :func:`vote_target` distribution (for the training set only: evaluation scores gold labels)."""
     from datasets import Dataset  # lazy here and below, as transformers: seconds to import
 
     label2id = {v: k for k, v in ID2LABEL.items()}
-    data = Dataset.from_list([{"premise": r["premise"], "hypothesis": r["hypothesis"], "label": label2id[r["label"]]}
-                              for r in rows])
+    data = Dataset.from_list([{"premise": r["premise"], "hypothesis": r["hypothesis"],
+                               "label": vote_target(r["label"], r.get("votes", []), vote_weight) if vote_weight
+                               else label2id[r["label"]]} for r in rows])
     return data.map(lambda b: tokenizer(b["premise"], b["hypothesis"], truncation="only_first",
                                         max_length=max_length), batched=True, remove_columns=["premise", "hypothesis"])
 
 
 def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Accuracy and macro-F1 of the logits ``predictions`` against gold label ids."""
     gold = [ID2LABEL[int(i)] for i in labels]
     pred = [ID2LABEL[int(i)] for i in predictions.argmax(-1)]
     return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(gold, pred, sorted(set(gold)))}
@@ -233,11 +254,18 @@ def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 def focal_loss(logits: Any, labels: Any, gamma: float, num_items_in_batch: Any = None) -> Any:
     """The focal loss of a batch (Lin et al., 2017): ``-(1 - p)^gamma log p`` of each row's gold label ``p``, summed
     over the rows and divided by ``num_items_in_batch`` (the Trainer's count over an accumulated batch) where given,
-    else averaged; ``gamma`` 0 is cross-entropy. Computed in float32 whatever the logits' dtype."""
+    else averaged; ``gamma`` 0 is cross-entropy. ``labels`` are label ids, or target distributions (rows of
+    :func:`vote_target`), where each label's term is weighed by its share. Computed in float32 whatever the logits'
+    dtype."""
     import torch
 
-    log_p = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[:, None]).squeeze(-1)
-    loss = -((1 - log_p.exp()) ** gamma) * log_p
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    if labels.dim() == 2:  # the Trainer counted every entry of a (rows, labels) target as an item
+        targets = labels.float()
+        num_items_in_batch = None if num_items_in_batch is None else num_items_in_batch / labels.shape[-1]
+    else:
+        targets = torch.nn.functional.one_hot(labels, log_p.shape[-1]).float()
+    loss = -(targets * (1 - log_p.exp()) ** gamma * log_p).sum(-1)
     return loss.sum() / num_items_in_batch if num_items_in_batch is not None else loss.mean()
 
 
@@ -423,7 +451,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
         training.max_steps = min(training.max_steps if training.max_steps > 0 else 150, 150)
         args.max_eval_per_source = min(args.max_eval_per_source, 100)
-    # first a bad caps / repeats entry or a missing --init stops the run, before it writes anything
+    # first a bad caps / repeats entry, vote weight or a missing --init stops the run, before it writes anything
+    if not 0.0 <= args.vote_weight <= 1.0:
+        raise InputError(f"vote_weight: {args.vote_weight:g} is not in [0, 1]")
     pairs, stats = training_pairs(args)
     init = initial_model(args.init)
     write_run_config(training.output_dir, args, training, job="train nli")
@@ -440,7 +470,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         training.eval_strategy, training.load_best_model_at_end = "no", False
     evaluation = {name: _tokenize(tokenizer, rows, args.max_length)
                   for name, rows in eval_pairs(args).items() if rows}
-    train_dataset = _tokenize(tokenizer, pairs, args.max_length)
+    if args.vote_weight:
+        stats["vote_targets"] = sum(bool(p.get("votes")) for p in pairs)
+    train_dataset = _tokenize(tokenizer, pairs, args.max_length, args.vote_weight)
 
     def trainer_for(run: Any, callbacks: Sequence[Any] = ()) -> Any:
         from transformers import set_seed
@@ -457,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             del model.config.veracity_label_offsets
         return _trainer_class()(
             model=model, args=run, head_learning_rate=args.head_learning_rate,
-            compute_loss_func=focal_loss_func(args.focal_gamma) if args.focal_gamma else None,
+            compute_loss_func=focal_loss_func(args.focal_gamma) if args.focal_gamma or args.vote_weight else None,
             length_batch_order=args.length_batch_order, length_group_batches=args.length_group_batches,
             train_dataset=train_dataset, eval_dataset=selection, processing_class=tokenizer,
             data_collator=DataCollatorWithPadding(tokenizer), callbacks=list(callbacks),
@@ -516,7 +548,12 @@ def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict
         notes=[*(["QUICK run (the demo's fallback, at most 150 steps): not the real verifier"] if args.quick else []),
                *([starts_note(stats["starts"])] if "starts" in stats else []),
                *([offsets_note(stats["label_offsets"])] if "label_offsets" in stats else []),
-               *([f"Loss: focal, gamma {args.focal_gamma:g} (Lin et al., 2017)"] if args.focal_gamma else [])])
+               *([f"Loss: focal, gamma {args.focal_gamma:g} (Lin et al., 2017)"] if args.focal_gamma else []),
+               *([vote_note(stats["vote_targets"], args.vote_weight)] if args.vote_weight else [])])
+
+
+def vote_note(pairs: int, weight: float) -> str:
+    return f"Targets: {pairs} pairs with annotator votes trained on (1 - {weight:g}) x gold + {weight:g} x their votes"
 
 
 def starts_note(starts: dict[str, Any]) -> str:
