@@ -901,6 +901,9 @@ def test_vote_targets_mix_the_gold_label_with_the_votes_and_the_loss_reads_them(
     assert vote_target("neutral", ["contradiction", "entailment"], 1.0) == [0.5, 0.0, 0.5]
     assert vote_target("contradiction", [], 0.5) == [0.0, 0.0, 1.0]  # no votes: the gold label
     assert vote_target("neutral", ["contradiction", "neutral"], 0.0) == [0.0, 1.0, 0.0]
+    # only REFUTES votes counted: a SUPPORTS vote counts as the gold label
+    assert vote_target("neutral", ["contradiction", "entailment"], 1.0, ("contradiction",)) == [0.0, 0.5, 0.5]
+    assert vote_target("entailment", ["entailment", "neutral"], 0.5, ("contradiction",)) == [1.0, 0.0, 0.0]
     logits = torch.tensor([[4.0, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 3.0]])
     labels = torch.tensor([0, 1, 0])
     one_hot = torch.nn.functional.one_hot(labels, 3).float()
@@ -949,10 +952,21 @@ def test_nli_training_with_vote_weight_trains_climate_fever_pairs_on_their_votes
     card = (tmp_path / "votes" / "model" / "README.md").read_text()
     assert "Targets: 2 pairs with annotator votes trained on (1 - 0.5) x gold + 0.5 x their votes" in card
     targets.clear()
+    run("refutes-votes", "--vote_weight", "0.5", "--vote_labels", "contradiction")
+    # the split vote's SUPPORTS counts as its gold NOT ENOUGH INFO: every target is a gold label
+    assert len(targets) == len(pairs) + len(nli.claim_pairs(prepared, "vitaminc", "train", False))
+    assert all(row in {(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)} for row in targets)
+    card = (tmp_path / "refutes-votes" / "model" / "README.md").read_text()
+    assert "+ 0.5 x their votes (votes for contradiction only; others count as gold)" in card
+    targets.clear()
     run("gold")
     assert targets == []  # no vote weight, no focal loss: the model's own cross-entropy on label ids
     with pytest.raises(SystemExit) as stop:
         run("bad", "--vote_weight", "1.5")
     assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
         "error: vote_weight: 1.5 is not in [0, 1]")
+    with pytest.raises(SystemExit) as stop:
+        run("bad", "--vote_weight", "0.5", "--vote_labels", "REFUTES")
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: vote_labels: REFUTES is not an NLI label (entailment, neutral, contradiction)")
     assert not (tmp_path / "bad").exists()

@@ -99,6 +99,10 @@ class NLIDataArgs:
                 "labels from the crowd, Uma et al., 2021), so a sentence with one REFUTES and one NOT ENOUGH INFO "
                 "vote (gold NOT ENOUGH INFO) no longer teaches that its text refutes nothing. 0 = gold labels only; "
                 "in [0, 1]."})
+    vote_labels: list[str] = field(default_factory=list, metadata={
+        "help": "With vote_weight: the NLI labels (entailment, neutral, contradiction) whose votes count; a vote for "
+                "another label counts as the gold label, e.g. 'contradiction' moves a pair's target toward REFUTES "
+                "where annotators voted REFUTES and nowhere else. Empty = every label's votes."})
     focal_gamma: float = field(default=0.0, metadata={
         "help": "Focal loss (Lin et al., 2017): each pair's cross-entropy times (1 - p_gold)^gamma, so pairs the "
                 "model already gets right weigh less and the hard ones (a minority label's) more; 0 = cross-entropy."})
@@ -221,25 +225,29 @@ def check_label_order(folder: Path) -> None:
                          f"{list(NLI_LABELS)}; start from a model with our label order or from a pair encoder")
 
 
-def vote_target(label: str, votes: Sequence[str], weight: float) -> list[float]:
+def vote_target(label: str, votes: Sequence[str], weight: float,
+                counted: Sequence[str] = NLI_LABELS) -> list[float]:
     """The training target of a pair: ``(1 - weight)`` on its gold ``label`` plus ``weight`` spread over the labels
-    as its annotators voted (NLI labels, in ``NLI_LABELS`` order); a pair without votes keeps its gold label."""
+    as its annotators voted (NLI labels, in ``NLI_LABELS`` order), where a vote for a label outside ``counted``
+    counts as the gold label; a pair without votes keeps its gold label."""
     target = np.eye(len(NLI_LABELS))[NLI_LABELS.index(label)]
     if votes and weight:
+        votes = [v if v in counted else label for v in votes]
         share = np.array([sum(v == name for v in votes) for name in NLI_LABELS]) / len(votes)
         target = (1 - weight) * target + weight * share
     return [float(x) for x in target]
 
 
-def _tokenize(tokenizer: Any, rows: list[dict[str, Any]], max_length: int, vote_weight: float = 0.0) -> Any:
+def _tokenize(tokenizer: Any, rows: list[dict[str, Any]], max_length: int, vote_weight: float = 0.0,
+              vote_labels: Sequence[str] = NLI_LABELS) -> Any:
     """The pairs tokenized, each with its ``label``: the gold label's id, or with ``vote_weight`` its
     :func:`vote_target` distribution (for the training set only: evaluation scores gold labels)."""
     from datasets import Dataset  # lazy here and below, as transformers: seconds to import
 
     label2id = {v: k for k, v in ID2LABEL.items()}
     data = Dataset.from_list([{"premise": r["premise"], "hypothesis": r["hypothesis"],
-                               "label": vote_target(r["label"], r.get("votes", []), vote_weight) if vote_weight
-                               else label2id[r["label"]]} for r in rows])
+                               "label": (vote_target(r["label"], r.get("votes", []), vote_weight, vote_labels)
+                                         if vote_weight else label2id[r["label"]])} for r in rows])
     return data.map(lambda b: tokenizer(b["premise"], b["hypothesis"], truncation="only_first",
                                         max_length=max_length), batched=True, remove_columns=["premise", "hypothesis"])
 
@@ -454,6 +462,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     # first a bad caps / repeats entry, vote weight or a missing --init stops the run, before it writes anything
     if not 0.0 <= args.vote_weight <= 1.0:
         raise InputError(f"vote_weight: {args.vote_weight:g} is not in [0, 1]")
+    if unknown := [name for name in args.vote_labels if name not in NLI_LABELS]:
+        raise InputError(f"vote_labels: {', '.join(unknown)} is not an NLI label ({', '.join(NLI_LABELS)})")
+    vote_labels = args.vote_labels or list(NLI_LABELS)
     pairs, stats = training_pairs(args)
     init = initial_model(args.init)
     write_run_config(training.output_dir, args, training, job="train nli")
@@ -472,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                   for name, rows in eval_pairs(args).items() if rows}
     if args.vote_weight:
         stats["vote_targets"] = sum(bool(p.get("votes")) for p in pairs)
-    train_dataset = _tokenize(tokenizer, pairs, args.max_length, args.vote_weight)
+    train_dataset = _tokenize(tokenizer, pairs, args.max_length, args.vote_weight, vote_labels)
 
     def trainer_for(run: Any, callbacks: Sequence[Any] = ()) -> Any:
         from transformers import set_seed
@@ -549,11 +560,13 @@ def write_verifier_card(folder: Path, args: NLIDataArgs, init: Path, stats: dict
                *([starts_note(stats["starts"])] if "starts" in stats else []),
                *([offsets_note(stats["label_offsets"])] if "label_offsets" in stats else []),
                *([f"Loss: focal, gamma {args.focal_gamma:g} (Lin et al., 2017)"] if args.focal_gamma else []),
-               *([vote_note(stats["vote_targets"], args.vote_weight)] if args.vote_weight else [])])
+               *([vote_note(stats["vote_targets"], args.vote_weight, args.vote_labels)] if args.vote_weight else [])])
 
 
-def vote_note(pairs: int, weight: float) -> str:
-    return f"Targets: {pairs} pairs with annotator votes trained on (1 - {weight:g}) x gold + {weight:g} x their votes"
+def vote_note(pairs: int, weight: float, labels: Sequence[str] = ()) -> str:
+    counted = f" (votes for {', '.join(labels)} only; others count as gold)" if labels else ""
+    return (f"Targets: {pairs} pairs with annotator votes trained on (1 - {weight:g}) x gold + {weight:g} x their "
+            f"votes{counted}")
 
 
 def starts_note(starts: dict[str, Any]) -> str:
