@@ -464,7 +464,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise InputError(f"vote_weight: {args.vote_weight:g} is not in [0, 1]")
     if unknown := [name for name in args.vote_labels if name not in NLI_LABELS]:
         raise InputError(f"vote_labels: {', '.join(unknown)} is not an NLI label ({', '.join(NLI_LABELS)})")
-    vote_labels = args.vote_labels or list(NLI_LABELS)
     pairs, stats = training_pairs(args)
     init = initial_model(args.init)
     write_run_config(training.output_dir, args, training, job="train nli")
@@ -483,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                   for name, rows in eval_pairs(args).items() if rows}
     if args.vote_weight:
         stats["vote_targets"] = sum(bool(p.get("votes")) for p in pairs)
-    train_dataset = _tokenize(tokenizer, pairs, args.max_length, args.vote_weight, vote_labels)
+    train_dataset = _tokenize(tokenizer, pairs, args.max_length, args.vote_weight, args.vote_labels or NLI_LABELS)
 
     def trainer_for(run: Any, callbacks: Sequence[Any] = ()) -> Any:
         from transformers import set_seed
