@@ -969,4 +969,8 @@ def test_nli_training_with_vote_weight_trains_climate_fever_pairs_on_their_votes
         run("bad", "--vote_weight", "0.5", "--vote_labels", "REFUTES")
     assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
         "error: vote_labels: REFUTES is not an NLI label (entailment, neutral, contradiction)")
+    with pytest.raises(SystemExit) as stop:
+        run("bad", "--vote_labels", "contradiction")  # no vote weight: the labels would be silently ignored
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: vote_labels: has no effect without vote_weight (give --vote_weight W, 0 < W <= 1)")
     assert not (tmp_path / "bad").exists()

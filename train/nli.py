@@ -102,7 +102,8 @@ class NLIDataArgs:
     vote_labels: list[str] = field(default_factory=list, metadata={
         "help": "With vote_weight: the NLI labels (entailment, neutral, contradiction) whose votes count; a vote for "
                 "another label counts as the gold label, e.g. 'contradiction' moves a pair's target toward REFUTES "
-                "where annotators voted REFUTES and nowhere else. Empty = every label's votes."})
+                "where annotators voted REFUTES and nowhere else. Empty = every label's votes; refused without "
+                "vote_weight."})
     focal_gamma: float = field(default=0.0, metadata={
         "help": "Focal loss (Lin et al., 2017): each pair's cross-entropy times (1 - p_gold)^gamma, so pairs the "
                 "model already gets right weigh less and the hard ones (a minority label's) more; 0 = cross-entropy."})
@@ -464,6 +465,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise InputError(f"vote_weight: {args.vote_weight:g} is not in [0, 1]")
     if unknown := [name for name in args.vote_labels if name not in NLI_LABELS]:
         raise InputError(f"vote_labels: {', '.join(unknown)} is not an NLI label ({', '.join(NLI_LABELS)})")
+    if args.vote_labels and not args.vote_weight:
+        raise InputError("vote_labels: has no effect without vote_weight (give --vote_weight W, 0 < W <= 1)")
     pairs, stats = training_pairs(args)
     init = initial_model(args.init)
     write_run_config(training.output_dir, args, training, job="train nli")
