@@ -11,8 +11,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_script(relative: str) -> ModuleType:
-    """The module of ``REPO / relative`` (e.g. ``bench/seed_spread.py``), executed afresh."""
+    """The module of ``REPO / relative`` (e.g. ``bench/seed_spread.py``), executed afresh, with its folder on
+    ``sys.path`` as ``python bench/x.py`` puts it there (so it imports its siblings, e.g. ``bench/machine.py``)."""
     path = REPO / relative
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses read their module's namespace while the class is made

@@ -48,3 +48,32 @@ def test_rows_without_probabilities_name_the_file_and_line(offsets, tmp_path) ->
     path.write_text(json.dumps({"source": "vitaminc", "gold": "SUPPORTS", "prediction": "SUPPORTS"}) + "\n")
     with pytest.raises(SystemExit, match=r"generator.jsonl:1: field 'probabilities' missing"):
         offsets.read_predictions(path)
+
+
+@pytest.fixture(scope="module")
+def frontier():
+    return load_script("bench/verifier_frontier.py")
+
+
+def test_the_frontier_finds_the_best_macro_f1_each_accuracy_floor_allows(frontier, tmp_path, capsys) -> None:
+    # two REFUTES pairs read as NOT ENOUGH INFO (REFUTES-over-NEI margins log(.48/.32) ≈ 0.41 and log(.63/.27) ≈ 0.85)
+    # and an NEI pair whose REFUTES margin is smaller (log(.4/.3) ≈ 0.29): no offsets get all three right
+    gold = ["NOT ENOUGH INFO"] * 3 + ["REFUTES"] * 2 + ["SUPPORTS"]
+    probs = [[0.1, 0.8, 0.1], [0.1, 0.8, 0.1], [0.3, 0.4, 0.3], [0.2, 0.48, 0.32], [0.1, 0.63, 0.27], [0.8, 0.1, 0.1]]
+    dev = predictions(tmp_path / "dev.jsonl", "climate_fever_evidence", gold, probs)
+    best = frontier.frontier(frontier.read_predictions(dev), "climate_fever_evidence", [0.8, 0.6, 0.99])
+    assert best[0.99] is None
+    # 5 of 6 either way, but both REFUTES right (NEI F1 0.8, REFUTES 0.8) beats one (6/7, 2/3) in macro-F1
+    f1, accuracy, offsets = best[0.8]
+    assert (accuracy, round(f1, 3)) == (5 / 6, 0.867) and offsets[2] - offsets[1] > 0.85
+    assert best[0.6][0] >= f1  # a lower floor never has a lower best
+    frontier.main([str(dev), str(dev), "--floors", "0.99"])  # the same file twice: an ensemble equal to one
+    out = capsys.readouterr().out
+    assert "| argmax, no offsets | +0.0 | +0.0 | 0.667 / 0.583 |" in out and "| 0.990 | – | – | nothing" in out
+
+
+def test_an_ensemble_of_predictions_over_other_pairs_is_refused(frontier, tmp_path) -> None:
+    one = predictions(tmp_path / "one.jsonl", "vitaminc", ["SUPPORTS", "REFUTES"], [[0.8, 0.1, 0.1]] * 2)
+    other = predictions(tmp_path / "other.jsonl", "vitaminc", ["REFUTES", "SUPPORTS"], [[0.8, 0.1, 0.1]] * 2)
+    with pytest.raises(SystemExit, match=r"other.jsonl: vitaminc does not hold the pairs of .*one.jsonl"):
+        frontier.main([str(one), str(other), "--source", "vitaminc"])

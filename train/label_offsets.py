@@ -35,14 +35,19 @@ def objective(sets: Sets, offsets: np.ndarray) -> float:
     return float(np.mean([sum(scores((logp + offsets).argmax(1), gold)) / 2 for logp, gold in sets.values()]))
 
 
+def offset_grid(span: float = 1.5, step: float = 0.05) -> list[np.ndarray]:
+    """Every ``[0, b_neutral, b_contradiction]`` with both offsets on a grid over ``[-span, span]``, the smallest
+    total shift first (so a search that keeps the first of equal ones keeps the smallest)."""
+    grid = np.round(np.arange(-span, span + step / 2, step), 6)
+    pairs = sorted(itertools.product(grid, grid), key=lambda b: (abs(b[0]) + abs(b[1]), b))
+    return [np.array([0.0, neutral, contradiction]) for neutral, contradiction in pairs]
+
+
 def fit_label_offsets(sets: Sets, span: float = 1.5, step: float = 0.05) -> np.ndarray:
     """The offsets ``[0, b_neutral, b_contradiction]`` on a grid over ``[-span, span]`` that maximise
     :func:`objective`; of equal ones, the smallest shift (no offsets when nothing beats none)."""
-    grid = np.round(np.arange(-span, span + step / 2, step), 6)
-    candidates = sorted(itertools.product(grid, grid), key=lambda b: (abs(b[0]) + abs(b[1]), b))
     best, best_value = np.zeros(3), objective(sets, np.zeros(3))
-    for neutral, contradiction in candidates:
-        offsets = np.array([0.0, neutral, contradiction])
+    for offsets in offset_grid(span, step):
         value = objective(sets, offsets)
         if value > best_value + 1e-12:
             best, best_value = offsets, value
