@@ -5,7 +5,8 @@ windowed pairs here, to each window's logits in the folded head, so the two can 
 
     veracity eval checkpoint --kind nli --nli_model M --nli_backend torch --split calib --sources S... \
         --output_dir runs/eval/M_calib
-    python bench/verifier_offsets.py runs/eval/M_calib/predictions.jsonl runs/eval/M/predictions.jsonl
+    python bench/verifier_offsets.py runs/eval/M_calib/predictions.jsonl runs/eval/M/predictions.jsonl \
+        [--sources climate_fever_evidence]
 """
 
 from __future__ import annotations
@@ -40,10 +41,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("calib", type=Path, help="predictions.jsonl of the calib split")
     parser.add_argument("dev", type=Path, help="predictions.jsonl of the dev split")
+    parser.add_argument("--sources", nargs="+", default=[],
+                        help="fit on these sources' calib pairs only (train nli --label_offset_sources); default all")
     args = parser.parse_args(argv)
     calib, dev = read_predictions(args.calib), read_predictions(args.dev)
-    offsets = fit_label_offsets(calib)
-    print(f"offsets fitted on calib ({', '.join(f'{s} {len(g)}' for s, (_, g) in calib.items())}): "
+    if missing := [source for source in args.sources if source not in calib]:
+        raise SystemExit(f"{args.calib}: no pairs of {', '.join(missing)} (it holds {', '.join(calib)})")
+    fitted_on = {source: sets for source, sets in calib.items() if not args.sources or source in args.sources}
+    offsets = fit_label_offsets(fitted_on)
+    print(f"offsets fitted on calib ({', '.join(f'{s} {len(g)}' for s, (_, g) in fitted_on.items())}): "
           f"NOT ENOUGH INFO {offsets[1]:+.2f}, REFUTES {offsets[2]:+.2f} (SUPPORTS 0)\n")
     print("| split | set | pairs | accuracy / macro-F1 | with offsets |")
     print("|---|---|---:|---:|---:|")

@@ -756,6 +756,11 @@ def test_nli_label_offsets_are_fitted_on_calib_and_shift_every_logit(
                    np.array([("entailment", "neutral", "contradiction").index(r["label"]) for r in rows]))
             for name, rows in calib.items() if rows}
     assert abs(objective(sets, np.zeros(3)) - before) < 1e-6
+    # fitted on one source's calib pairs: its objective alone, the card names it
+    one = run("one-source", "--label_offsets", "true", "--label_offset_sources", "vitaminc")["train"]["label_offsets"]
+    assert list(one["calib_pairs"]) == ["vitaminc"]
+    assert abs(one["calib_objective"][0] - objective({"vitaminc": sets["vitaminc"]}, np.zeros(3))) < 1e-6
+    assert "label offsets fitted on calib (vitaminc)" in (tmp_path / "one-source" / "model" / "README.md").read_text()
     config = json.loads((tmp_path / "offsets" / "model" / "config.json").read_text())
     assert config["veracity_label_offsets"] == offsets
     assert "label offsets fitted on calib" in (tmp_path / "offsets" / "model" / "README.md").read_text()
@@ -773,6 +778,24 @@ def test_nli_label_offsets_are_fitted_on_calib_and_shift_every_logit(
           "vitaminc", "--output_dir", str(tmp_path / "continued"), "--max_steps", "1", "--report_to", "none",
           "--use_cpu", "true", "--install", "false", "--max_length", "64"])
     assert "veracity_label_offsets" not in json.loads((tmp_path / "continued" / "model" / "config.json").read_text())
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--label_offset_sources", "vitaminc"],
+     "label_offset_sources: has no effect without label_offsets (give --label_offsets true)"),
+    (["--label_offsets", "true", "--label_offset_sources", "climate_fever_evidence"],
+     "label_offset_sources: climate_fever_evidence is not an evaluation source (vitaminc)"),
+])
+def test_label_offset_sources_that_cannot_apply_are_one_error_line(
+        prepared_dir: Path, tiny_encoder_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        extra: list[str], message: str) -> None:
+    from veracity import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["train", "nli", "--prepared_dir", str(prepared_dir), "--init", str(tiny_encoder_dir / ".." / "hf"),
+                  "--eval_sources", "vitaminc", "--output_dir", str(tmp_path / "run"), "--install", "false", *extra])
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == f"error: {message}"
+    assert not (tmp_path / "run").exists()
 
 
 def test_fold_into_head_moves_the_output_bias_of_a_roberta_style_head() -> None:

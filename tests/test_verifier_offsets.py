@@ -37,6 +37,19 @@ def test_a_verifier_that_underrates_refutes_gets_a_refutes_offset_that_fixes_dev
     assert "| dev | fever_symmetric | 8 | 0.500 / 0.333 | 1.000 / 1.000 |" in capsys.readouterr().out
 
 
+def test_offsets_fitted_on_one_source_are_scored_on_every_source(offsets, tmp_path, capsys) -> None:
+    calib = tmp_path / "calib.jsonl"
+    predictions(tmp_path / "fs.jsonl", "fever_symmetric", ["SUPPORTS", "REFUTES"], [[0.7, 0.1, 0.2], [0.4, 0.3, 0.3]])
+    predictions(tmp_path / "vc.jsonl", "vitaminc", ["SUPPORTS", "SUPPORTS"], [[0.4, 0.3, 0.3], [0.4, 0.3, 0.3]])
+    calib.write_text((tmp_path / "fs.jsonl").read_text() + (tmp_path / "vc.jsonl").read_text())
+    offsets.main([str(calib), str(calib), "--sources", "fever_symmetric"])
+    out = capsys.readouterr().out
+    assert "offsets fitted on calib (fever_symmetric 2): NOT ENOUGH INFO +0.00, REFUTES +0.30" in out
+    assert "| dev | vitaminc | 2 | 1.000 / 1.000 | 0.000 / 0.000 |" in out  # the shift hurts the set it ignored
+    with pytest.raises(SystemExit, match=r"calib.jsonl: no pairs of climate_fever_evidence \(it holds fever_sym"):
+        offsets.main([str(calib), str(calib), "--sources", "climate_fever_evidence"])
+
+
 def test_no_offsets_when_none_helps(offsets, tmp_path) -> None:
     calib = predictions(tmp_path / "calib.jsonl", "vitaminc", ["SUPPORTS", "REFUTES", "NOT ENOUGH INFO"],
                         [[0.8, 0.1, 0.1], [0.1, 0.1, 0.8], [0.1, 0.8, 0.1]])

@@ -112,6 +112,10 @@ class NLIDataArgs:
                 "the same) and add them to the head's bias: a label-prior correction between the training mix and "
                 "the evaluated sets (train/label_offsets.py). Recorded in config.json (veracity_label_offsets), "
                 "metrics.json and the card."})
+    label_offset_sources: list[str] = field(default_factory=list, metadata={
+        "help": "With label_offsets: the evaluation sources whose calib pairs the offsets are fitted on (e.g. "
+                "climate_fever_evidence: the prior of the set whose labels are least like the training mix's). "
+                "Empty = every evaluation source; refused without label_offsets."})
     quick: bool = field(default=False, metadata={"help": "A short, labelled quick run (demo; not the verifier)."})
     install: bool = field(default=True, metadata={"help": "Install the result as the embedded verifier."})
     seed_data: int = field(default=13, metadata={"help": "Seed of the pairs' sampling and order (not the model's)."})
@@ -467,6 +471,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise InputError(f"vote_labels: {', '.join(unknown)} is not an NLI label ({', '.join(NLI_LABELS)})")
     if args.vote_labels and not args.vote_weight:
         raise InputError("vote_labels: has no effect without vote_weight (give --vote_weight W, 0 < W <= 1)")
+    if args.label_offset_sources and not args.label_offsets:
+        raise InputError("label_offset_sources: has no effect without label_offsets (give --label_offsets true)")
+    if unknown := [name for name in args.label_offset_sources if name not in args.eval_sources]:
+        raise InputError(f"label_offset_sources: {', '.join(unknown)} is not an evaluation source "
+                         f"({', '.join(args.eval_sources)})")
     pairs, stats = training_pairs(args)
     init = initial_model(args.init)
     write_run_config(training.output_dir, args, training, job="train nli")
@@ -578,11 +587,13 @@ def starts_note(starts: dict[str, Any]) -> str:
 
 
 def fold_label_offsets(trainer: Any, tokenizer: Any, args: NLIDataArgs) -> dict[str, Any]:
-    """Fit per-label offsets on the whole calib split of each evaluation source (the trainer's model's logits) and
-    fold them into its head (``train/label_offsets.py``); what was fitted, and the calib objective before/after."""
+    """Fit per-label offsets on the whole calib split of each evaluation source (or of ``label_offset_sources``;
+    the trainer's model's logits) and fold them into its head (``train/label_offsets.py``); what was fitted, and the
+    calib objective before/after."""
     sets = {}
     for name, rows in eval_pairs(args, "calib", capped=False).items():
-        if rows:  # labels as predict returns them: with group_by_length it reorders evaluation sets by length too
+        if rows and (not args.label_offset_sources or name in args.label_offset_sources):
+            # labels as predict returns them: with group_by_length it reorders evaluation sets by length too
             output = trainer.predict(_tokenize(tokenizer, rows, args.max_length))
             sets[name] = (log_probabilities(output.predictions), np.asarray(output.label_ids))
     if not sets:
@@ -600,8 +611,9 @@ def fold_label_offsets(trainer: Any, tokenizer: Any, args: NLIDataArgs) -> dict[
 def offsets_note(record: dict[str, Any]) -> str:
     shifts = ", ".join(f"{label} {value:+.2f}" for label, value in record["offsets"].items())
     before, after = record["calib_objective"]
-    return (f"label offsets fitted on calib and folded into the head's bias: {shifts} (calib mean of (accuracy + "
-            f"macro-F1) / 2 over sources {before:.3f} → {after:.3f})")
+    sources = ", ".join(record["calib_pairs"])
+    return (f"label offsets fitted on calib ({sources}) and folded into the head's bias: {shifts} (calib mean of "
+            f"(accuracy + macro-F1) / 2 over those sources {before:.3f} → {after:.3f})")
 
 
 def install(folder: Path, report: dict[str, Any]) -> Path:
