@@ -457,14 +457,8 @@ def make_parser() -> Any:
     return parser_for((NLIDataArgs, TrainingArguments), "veracity train nli")
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
-
-    args, training = parse_training_config(make_parser(), argv)
-    if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
-        training.max_steps = min(training.max_steps if training.max_steps > 0 else 150, 150)
-        args.max_eval_per_source = min(args.max_eval_per_source, 100)
-    # first a bad caps / repeats entry, vote weight or a missing --init stops the run, before it writes anything
+def check_options(args: NLIDataArgs) -> None:
+    """:class:`InputError` for an option out of range or one that would be silently ignored."""
     if not 0.0 <= args.vote_weight <= 1.0:
         raise InputError(f"vote_weight: {args.vote_weight:g} is not in [0, 1]")
     if unknown := [name for name in args.vote_labels if name not in NLI_LABELS]:
@@ -476,6 +470,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if unknown := [name for name in args.label_offset_sources if name not in args.eval_sources]:
         raise InputError(f"label_offset_sources: {', '.join(unknown)} is not an evaluation source "
                          f"({', '.join(args.eval_sources)})")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+    args, training = parse_training_config(make_parser(), argv)
+    if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
+        training.max_steps = min(training.max_steps if training.max_steps > 0 else 150, 150)
+        args.max_eval_per_source = min(args.max_eval_per_source, 100)
+    # first a bad option, caps / repeats entry or a missing --init stops the run, before it writes anything
+    check_options(args)
     pairs, stats = training_pairs(args)
     init = initial_model(args.init)
     write_run_config(training.output_dir, args, training, job="train nli")
