@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from verifier_offsets import read_predictions
+from verifier_offsets import check_sources, read_predictions
 
 from veracity.train.label_offsets import Sets, offset_grid, scores
 
@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="accuracy floors on --source (default: stage 3's Climate-FEVER accuracy, and above it)")
     args = parser.parse_args(argv)
     sets = ensemble([read_predictions(path) for path in args.predictions], args.predictions)
-    if args.source not in sets:
-        raise SystemExit(f"{args.predictions[0]}: no pairs of {args.source} (it holds {', '.join(sets)})")
+    check_sources(sets, [args.source], args.predictions[0])
     others = [source for source in sets if source != args.source]
 
     def row(name: str, offsets: np.ndarray) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,12 @@ def read_predictions(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             for source, items in rows.items()}
 
 
+def check_sources(sets: dict[str, Any], sources: list[str], path: Path) -> None:
+    """Stop with one line naming ``path`` when it holds no pairs of one of ``sources``."""
+    if missing := [source for source in sources if source not in sets]:
+        raise SystemExit(f"{path}: no pairs of {', '.join(missing)} (it holds {', '.join(sets)})")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("calib", type=Path, help="predictions.jsonl of the calib split")
@@ -45,8 +52,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="fit on these sources' calib pairs only (train nli --label_offset_sources); default all")
     args = parser.parse_args(argv)
     calib, dev = read_predictions(args.calib), read_predictions(args.dev)
-    if missing := [source for source in args.sources if source not in calib]:
-        raise SystemExit(f"{args.calib}: no pairs of {', '.join(missing)} (it holds {', '.join(calib)})")
+    check_sources(calib, args.sources, args.calib)
     fitted_on = {source: sets for source, sets in calib.items() if not args.sources or source in args.sources}
     offsets = fit_label_offsets(fitted_on)
     print(f"offsets fitted on calib ({', '.join(f'{s} {len(g)}' for s, (_, g) in fitted_on.items())}): "
