@@ -48,7 +48,8 @@ from veracity.infer.pipelines.r2vc.prompt import (
 )
 from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
-from veracity.models.engine import Engine, EngineConfig, GenerationRequest, make_engine
+from veracity.models.engine import Engine, EngineConfig, GenerationRequest
+from veracity.models.engine_factory import make_engine
 from veracity.models.nli import NLIVerifier
 from veracity.rundir import update_decoding, write_run_config
 

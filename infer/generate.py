@@ -46,8 +46,8 @@ from veracity.models.engine import (
     GenerationRequest,
     SamplingOptions,
     SamplingParams,
-    make_engine,
 )
+from veracity.models.engine_factory import make_engine
 from veracity.rundir import update_decoding
 
 logger = logging.getLogger(__name__)

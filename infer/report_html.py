@@ -354,7 +354,7 @@ def write_report_html(run_dir: str | Path, pipeline: Any, records: Sequence[Mapp
 def pipeline_type(pipeline: Any) -> type | None:
     """The contract class of ``pipeline`` (an instance, a class or a name); None for an unknown name."""
     if isinstance(pipeline, str):
-        from veracity.infer.pipelines.driver import PIPELINES, pipeline_class  # lazy: the driver imports this module
+        from veracity.infer.pipelines.registry import PIPELINES, pipeline_class  # lazy: a name is rare
 
         return pipeline_class(pipeline) if pipeline in PIPELINES else None
     return pipeline if isinstance(pipeline, type) else type(pipeline)

@@ -3,7 +3,8 @@
 A request is messages (or a raw prompt) plus sampling parameters; a result is n candidates, each with its text,
 finish reason and per-token log-probabilities — or ``None`` where the backend cannot give them (never zeros).
 Backends: ``transformers`` (local, the embedded default), ``openai`` (any OpenAI-compatible server), ``vllm``
-(offline GPU batches). ``make_engine`` builds one from an :class:`EngineConfig`.
+(offline GPU batches). ``models/engine_factory.py``'s ``make_engine`` builds one from an :class:`EngineConfig` (a
+module of its own: the backends import this one, and the factory imports them).
 """
 
 from __future__ import annotations
@@ -276,30 +277,3 @@ class EngineConfig:
         if not isinstance(value, dict):
             raise ValueError(f"vllm_args must be a JSON object of vllm.LLM arguments, not {self.vllm_args!r}")
         return value
-
-
-def make_engine(config: EngineConfig) -> Engine:
-    """Build the configured engine, wrapped in the response cache when one is set."""
-    engine: Engine
-    if config.engine == "transformers":
-        from veracity.models.hf_engine import TransformersEngine  # lazy: torch; hf_engine imports this module
-
-        engine = TransformersEngine(config.model, adapter=config.adapter, batch_size=config.batch_size,
-                                    dtype=config.dtype, device=config.device)
-    elif config.engine == "openai":
-        from veracity.models.openai_engine import OpenAIEngine  # lazy: openai_engine imports this module (cycle)
-
-        engine = OpenAIEngine(config.model, base_url=config.base_url, api_key=config.api_key, timeout=config.timeout,
-                              max_retries=config.max_retries, concurrency=config.concurrency,
-                              send_generation_config=config.send_generation_config, server=config.server)
-    elif config.engine == "vllm":
-        from veracity.models.vllm_engine import VLLMEngine  # lazy: vllm_engine imports this module (cycle)
-
-        engine = VLLMEngine(config.model, dtype=config.dtype, **config.vllm_kwargs())
-    else:
-        raise ValueError(f"unknown engine {config.engine!r}; choose transformers, openai or vllm")
-    if config.cache:
-        from veracity.models.cache import CachedEngine, ResponseCache  # lazy: cache.py imports this module (cycle)
-
-        engine = CachedEngine(engine, ResponseCache(config.cache))
-    return engine

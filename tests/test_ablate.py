@@ -13,7 +13,8 @@ from pipeline_inputs import CLAIMS, write_jsonl
 from veracity import cli
 from veracity.config import load_config_values, parse_config
 from veracity.infer.pipelines.ablate import AblationConfig, make_parser
-from veracity.infer.pipelines.driver import build_configs, pipeline_class
+from veracity.infer.pipelines.driver import build_configs
+from veracity.infer.pipelines.registry import pipeline_class
 
 REPO = Path(__file__).resolve().parents[1]
 

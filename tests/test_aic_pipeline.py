@@ -489,7 +489,7 @@ def _aic_cli(prepared: Path, encoder: Path, out: Path, *extra: str) -> list[str]
 @pytest.fixture()
 def scripted_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[AnswerAll]:
     """``veracity infer aic`` with the generator replaced by :class:`AnswerAll` (everything else real)."""
-    import veracity.models.engine as engine_module
+    import veracity.models.engine_factory as engine_module
 
     made: list[AnswerAll] = []
 

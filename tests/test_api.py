@@ -93,7 +93,7 @@ def test_r2vc_run_dir_writes_what_the_cli_writes_and_resumes(tiny_verifier: Path
 
 def test_aic_example_returns_the_cli_records(data_root: Path, tiny_encoder_dir: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import veracity.models.engine as engine_module
+    import veracity.models.engine_factory as engine_module
     from veracity.data_prep.prepare import PrepConfig, prepare
 
     monkeypatch.setattr(engine_module, "make_engine", lambda config: AnswerAll())  # the generator, scripted

@@ -45,7 +45,8 @@ def test_device_specs_resolve_on_a_machine_without_a_gpu() -> None:
 
 def test_eval_checkpoint_records_the_device_and_the_models_are_on_it(prepared_dir: Path, tiny_lm_dir: Path,
                                                                       tmp_path: Path) -> None:
-    from veracity.models.engine import EngineConfig, make_engine
+    from veracity.models.engine import EngineConfig
+    from veracity.models.engine_factory import make_engine
 
     out = tmp_path / "cpu"
     assert cli(["eval", "checkpoint", "--kind", "generator", "--model", str(tiny_lm_dir), "--prepared_dir",

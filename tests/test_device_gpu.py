@@ -35,7 +35,8 @@ def test_auto_and_cuda_place_every_model_on_the_gpu(tiny_lm_dir: Path, bert_toke
     from tiny_models import build_tiny_nli
 
     from veracity.models.device import model_device, resolve_device
-    from veracity.models.engine import EngineConfig, GenerationRequest, make_engine
+    from veracity.models.engine import EngineConfig, GenerationRequest
+    from veracity.models.engine_factory import make_engine
     from veracity.models.nli import NLIVerifier
 
     assert resolve_device("auto") == "cuda"

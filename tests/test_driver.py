@@ -115,7 +115,7 @@ def prepared_averitec(data_root: Path, tmp_path_factory: pytest.TempPathFactory)
 @pytest.fixture()
 def scripted_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``veracity infer aic`` with the generator replaced by :class:`AnswerAll` (everything else real)."""
-    import veracity.models.engine as engine_module
+    import veracity.models.engine_factory as engine_module
 
     monkeypatch.setattr(engine_module, "make_engine", lambda config: AnswerAll())
     monkeypatch.setenv("VERACITY_CACHE", str(tmp_path / "cache"))

@@ -9,7 +9,8 @@ import pytest
 
 from veracity.infer.parsing import extract_json_object, parse_json_answer
 from veracity.models.cache import CachedEngine, ResponseCache
-from veracity.models.engine import EngineConfig, GenerationRequest, SamplingParams, make_engine
+from veracity.models.engine import EngineConfig, GenerationRequest, SamplingParams
+from veracity.models.engine_factory import make_engine
 from veracity.models.hf_engine import TransformersEngine
 
 HELLO = [{"role": "user", "content": "hello"}]

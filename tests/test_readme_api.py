@@ -12,7 +12,7 @@ import pytest
 from pipeline_inputs import PAPERS, build_tiny_cross_encoder
 
 import veracity
-from veracity.infer.pipelines.driver import pipeline_class
+from veracity.infer.pipelines.registry import pipeline_class
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -158,7 +158,7 @@ def prepared_averitec(data_root: Path, tmp_path_factory: pytest.TempPathFactory)
 
 def test_aic_report_shows_the_sources_qa_pairs_and_likert_scores(
         prepared_averitec: Path, tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import veracity.models.engine as engine_module
+    import veracity.models.engine_factory as engine_module
     from veracity.infer.pipelines.aic.run import main
 
     monkeypatch.setattr(engine_module, "make_engine", lambda config: AnswerAll())
@@ -219,7 +219,7 @@ class Judge(Engine):
 
 def test_uts_report_shows_the_article_each_cite_and_the_judges_verdicts(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import veracity.models.engine as engine_module
+    import veracity.models.engine_factory as engine_module
     from veracity.infer.pipelines.uts.run import main
 
     monkeypatch.setattr(engine_module, "make_engine", lambda config: Judge())
@@ -244,7 +244,7 @@ def test_the_report_command_reads_a_sharded_run(tmp_path: Path, monkeypatch: pyt
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """``python -m veracity.infer.report_html RUN_DIR`` on a run made as shards 0/2 and 1/2 (no records.jsonl, no
     metrics: shards are not scored): one row per item of both shards; a second layout in the folder is an error."""
-    import veracity.models.engine as engine_module
+    import veracity.models.engine_factory as engine_module
     from veracity.infer.pipelines.uts.run import main
     from veracity.infer.report_html import main as report_main
 

@@ -82,7 +82,7 @@ def test_an_unconstrained_judge_asks_as_before() -> None:
 
 
 def test_the_pipeline_passes_its_constrained_setting_to_the_judge(monkeypatch: pytest.MonkeyPatch) -> None:
-    import veracity.models.engine as engine_module
+    import veracity.models.engine_factory as engine_module
     from veracity.infer.pipelines.uts.pipeline import UTSPipeline
 
     item = {"id": "i1", "claim": "The council closed the bridge.", "verdict": "Refuted",

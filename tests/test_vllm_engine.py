@@ -264,7 +264,8 @@ def test_a_schema_goes_to_vllm_as_the_transformers_engines_grammar(tiny_lm_dir: 
     import xgrammar
 
     from veracity.models.decoding import grammar_accepts, json_schema_grammar
-    from veracity.models.engine import EngineConfig, make_engine
+    from veracity.models.engine import EngineConfig
+    from veracity.models.engine_factory import make_engine
 
     built: list[dict[str, Any]] = []
     _fake_vllm(monkeypatch, built)

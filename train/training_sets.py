@@ -36,7 +36,8 @@ from veracity.infer.pipelines.r2vc.prompt import (
 )
 from veracity.infer.pipelines.r2vc.signals import NLI_TO_LABEL, SignalSettings, claim_signals
 from veracity.io import write_json, write_jsonl
-from veracity.models.engine import EngineConfig, GenerationRequest, make_engine
+from veracity.models.engine import EngineConfig, GenerationRequest
+from veracity.models.engine_factory import make_engine
 from veracity.models.nli import NLIVerifier
 
 DEFAULT_SOURCES = ["vitaminc", "fever_symmetric", "sufficient_facts_fever", "sufficient_facts_vitaminc"]

@@ -27,7 +27,8 @@ from veracity.config import load_config_values
 from veracity.data_prep.errors import DataError
 from veracity.infer.batch import IdCheck, batch_records, output_lock, run_batch
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
-from veracity.infer.pipelines.driver import build_configs, claim, layout_records, pipeline_class
+from veracity.infer.pipelines.driver import build_configs, claim, layout_records
+from veracity.infer.pipelines.registry import pipeline_class
 
 
 class LoadedPipeline:

@@ -49,7 +49,8 @@ from veracity.infer.eval.averitec_score import (
 from veracity.infer.eval.ev2r import Ev2RSettings, aggregate_ev2r, score_claims
 from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
-from veracity.models.engine import EngineConfig, make_engine
+from veracity.models.engine import EngineConfig
+from veracity.models.engine_factory import make_engine
 from veracity.models.nltk_data import ensure_nltk_data
 from veracity.rundir import update_decoding, write_run_config
 

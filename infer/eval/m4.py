@@ -62,7 +62,8 @@ from veracity.data_prep.text import split_sentences
 from veracity.infer.eval.citation_judge import DEFAULT_JUDGE_PROMPT, Judge, NLIJudge, check_prompt
 from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
-from veracity.models.engine import EngineConfig, make_engine
+from veracity.models.engine import EngineConfig
+from veracity.models.engine_factory import make_engine
 from veracity.models.nli import NLIVerifier
 from veracity.rundir import update_decoding, write_run_config
 

@@ -18,7 +18,6 @@ label: {column: value}}}``) and prints the tables.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 from collections.abc import Sequence
@@ -26,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veracity.cli import COMMANDS, SUBCOMMANDS
 from veracity.config import load_config_values, parse_config
 from veracity.config import make_parser as parser_over
-from veracity.infer.pipelines.driver import PIPELINES, build_configs, pipeline_class, run_pipeline
+from veracity.infer.pipelines.driver import build_configs, run_pipeline
+from veracity.infer.pipelines.registry import PIPELINES, SCORERS, pipeline_class, scorer_main
 from veracity.io import write_json
 
 logger = logging.getLogger(__name__)
@@ -66,12 +65,16 @@ class AblationConfig:
         for row in self.rows:
             if not row.get("recipe") and not (row.get("scorer") or []):
                 raise ValueError(f"row {row['name']!r}: a recipe, or a scorer for a row that only scores")
+            if row.get("scorer"):
+                check_scorer(row["scorer"])
             unknown = set(row) - {"name", "recipe", "label", "overrides", "scorer"}
             if unknown:
                 raise ValueError(f"row {row['name']!r}: unknown keys {sorted(unknown)}")
         missing = set(self.only) - set(names)
         if missing:
             raise ValueError(f"--only names rows the recipe does not have: {sorted(missing)} (rows: {names})")
+        if self.scorer:
+            check_scorer(self.scorer)
         if not self.columns:
             raise ValueError("columns: name the metrics.json keys the table shows")
 
@@ -95,13 +98,17 @@ def cell(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def check_scorer(argv: Sequence[str]) -> None:
+    """A scorer is a ``veracity eval <name> …`` command line without ``veracity`` (ValueError otherwise)."""
+    if len(argv) < 2 or argv[0] != "eval" or argv[1] not in SCORERS:
+        raise ValueError(f"scorer {' '.join(map(str, argv[:2]))!r}: a scorer is `eval <name> …`, <name> one of "
+                         f"{sorted(SCORERS)}")
+
+
 def run_scorer(argv: Sequence[str]) -> dict[str, Any]:
-    """A ``veracity`` command (``eval m4 …``) run in this process; returns what its ``main`` returns."""
-    command, *rest = argv
-    module = COMMANDS[command][0]
-    if module in SUBCOMMANDS:
-        module, rest = SUBCOMMANDS[module][rest[0]][0], rest[1:]
-    return importlib.import_module(module).main(rest) or {}
+    """A scorer command (``eval m4 …``) run in this process; returns what its ``main`` returns."""
+    check_scorer(argv)
+    return scorer_main(argv[1])(list(argv[2:])) or {}
 
 
 def row_metrics(config: AblationConfig, row: dict[str, Any]) -> dict[str, Any]:

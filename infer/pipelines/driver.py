@@ -26,7 +26,6 @@ handed to :func:`run_pipeline`, which
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 import os
@@ -57,24 +56,6 @@ from veracity.models.loading import deferred_loading
 from veracity.rundir import update_decoding
 
 logger = logging.getLogger(__name__)
-
-# recipe file name prefix → (module, class): the pipelines are imported only when one is loaded (torch, numpy)
-PIPELINES = {
-    "r2vc": ("veracity.infer.pipelines.r2vc.pipeline", "R2VC"),
-    "aic": ("veracity.infer.pipelines.aic.pipeline", "AIC"),
-    "sciclaimseekers": ("veracity.infer.pipelines.sciclaimseekers.pipeline", "SciClaim"),
-    "sciclaim": ("veracity.infer.pipelines.sciclaimseekers.pipeline", "SciClaim"),
-    "uts": ("veracity.infer.pipelines.uts.pipeline", "UTS"),
-}
-
-
-def pipeline_class(name: str) -> type[Pipeline]:
-    """The pipeline called ``name`` (``r2vc``, ``aic``, ``sciclaim`` / ``sciclaimseekers``, ``uts``)."""
-    if name not in PIPELINES:
-        raise ValueError(f"unknown pipeline {name!r}; one of {sorted(PIPELINES)}")
-    module, cls = PIPELINES[name]
-    return getattr(importlib.import_module(module), cls)
-
 
 def build_configs(types: tuple[type, ...], values: dict[str, Any]) -> tuple[Any, ...]:
     """One instance of each config dataclass from ``values`` (a recipe's values with the overrides); a key no

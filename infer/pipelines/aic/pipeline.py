@@ -37,7 +37,8 @@ from veracity.infer.pipelines.contract import Pipeline
 from veracity.infer.retrieval.dense import DenseEncoder, EncoderSpec, encoder_id
 from veracity.infer.structured import schema_text
 from veracity.io import write_json
-from veracity.models import engine as engines  # engines.make_engine looked up at load time (tests replace it)
+from veracity.models import engine as engines
+from veracity.models import engine_factory  # engine_factory.make_engine looked up at load time (tests replace it)
 from veracity.models.engine import EngineConfig, GenerationRequest, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class AICPipeline:
         cache_root = config.index_cache or str(Path(config.output_dir) / "index_cache")
         self.indexes = ClaimIndexCache(cache_root, self.encoder, config.chunk_chars)
         self.few_shot = FewShotSelector(train_claims) if config.few_shot > 0 else None
-        self.engine = engine if engine is not None else engines.make_engine(engine_config)
+        self.engine = engine if engine is not None else engine_factory.make_engine(engine_config)
         self.tokenizer = None
         self.answer_prefix = "" if config.constrains else config.answer_prefix  # a constrained answer is JSON alone
         if self.answer_prefix:
@@ -248,7 +249,7 @@ class AIC(Pipeline):
 
     def load(self, run_dir: Path) -> None:
         if self.engine is None:
-            self.engine = engines.make_engine(self.engine_config)
+            self.engine = engine_factory.make_engine(self.engine_config)
 
     def model_ids(self) -> dict[str, str]:
         """The embedder (named from its options, so also before load(): a resume under another one is refused

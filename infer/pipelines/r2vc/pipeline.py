@@ -69,7 +69,8 @@ from veracity.infer.retrieval.index import build_index, load_index
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 from veracity.io import sha256_file
 from veracity.models.calibrator import CalibratorFeatureError, LogisticCalibrator, calibrator_file, logprob_definition
-from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult, make_engine
+from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult
+from veracity.models.engine_factory import make_engine
 from veracity.models.nli import NLIVerifier, verifier_id
 
 logger = logging.getLogger(__name__)

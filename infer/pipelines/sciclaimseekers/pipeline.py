@@ -48,7 +48,8 @@ from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, bu
 from veracity.infer.retrieval.rerank import CrossEncoderReranker, reranker_id
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 from veracity.io import atomic_writer, write_json
-from veracity.models.engine import EngineConfig, GenerationRequest, make_engine
+from veracity.models.engine import EngineConfig, GenerationRequest
+from veracity.models.engine_factory import make_engine
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from veracity.infer.pipelines.uts.report import FLAGS as REPORT_FLAGS
 from veracity.infer.pipelines.uts.report import report_item
 from veracity.infer.pipelines.uts.shadowval import CiteSlot, JudgeFn, shadow_validate
 from veracity.io import write_jsonl
-from veracity.models import engine as engines  # engines.make_engine looked up at load time (tests replace it)
+from veracity.models import engine_factory  # engine_factory.make_engine looked up at load time (tests replace it)
 from veracity.models.engine import EngineConfig
 from veracity.models.nli import NLIVerifier
 
@@ -73,7 +73,7 @@ class UTSPipeline:
                                   config.judge_nli_threshold,
                                   config.judge_max_evidence_chars)
         elif config.shadowval and judge is None:
-            self.engine = engines.make_engine(engine_config)
+            self.engine = engine_factory.make_engine(engine_config)
             self.judge = Judge(self.engine, config.judge_prompt, config.judge_max_new_tokens,
                                config.judge_max_evidence_chars, constrained=config.constrained)
 
