@@ -66,6 +66,8 @@ DATASETS: dict[str, Loader] = {
     "nli": lambda ctx, cfg: load_nli(ctx),
 }
 DATA_ROOT_ENV = "VERACITY_DATA_ROOT"
+DEFAULT_DATA_ROOTS = ("../shared/data", "shared/data")  # relative to the working directory
+DATA_DOCS = "docs/data.md#the-data-root"
 
 
 @dataclass
@@ -109,16 +111,19 @@ class DataRootError(InputError, FileNotFoundError):
 
 
 def resolve_data_root(configured: str | None) -> Path:
-    """The configured root, else ``$VERACITY_DATA_ROOT``, else ``../shared/data`` beside the working directory."""
-    candidates = [configured] if configured else []
-    if not configured:
-        candidates += [os.environ.get(DATA_ROOT_ENV), "../shared/data", "shared/data"]
+    """The configured root, else ``$VERACITY_DATA_ROOT``, else ``../shared/data`` (or ``shared/data``) beside the
+    working directory. A root that is named but is no folder is an error naming where it was named."""
+    env = os.environ.get(DATA_ROOT_ENV)
+    named = f"--data_root {configured}" if configured else f"${DATA_ROOT_ENV} {env}" if env else None
+    candidates = [configured or env] if named else list(DEFAULT_DATA_ROOTS)
     for candidate in candidates:
-        if candidate and Path(candidate).is_dir():
+        if Path(candidate).is_dir():
             return Path(candidate).resolve()
-    raise DataRootError(
-        f"no data root found (tried {[c for c in candidates if c]}); pass --data_root or set ${DATA_ROOT_ENV}"
-    )
+    if named:
+        raise DataRootError(f"{named}: no such folder (the datasets, where to get them and the layout veracity prep "
+                            f"reads: {DATA_DOCS})")
+    raise DataRootError(f"no data root: neither of {list(DEFAULT_DATA_ROOTS)} is a folder here; pass --data_root DIR "
+                        f"or set ${DATA_ROOT_ENV} (the datasets, where to get them and their layout: {DATA_DOCS})")
 
 
 def summarize(name: str, records: list[Record], ctx: LoadContext, digest: str,

@@ -46,6 +46,18 @@ def _cause(error: OSError) -> str:
     return error.strerror or str(error)
 
 
+def missing_under_root(path: Path, root: Path) -> str:
+    """Why a dataset file is not under the data root, and where the data comes from: the root may lack the dataset's
+    folder (a root without the data) or only this file."""
+    folder = Path(path).relative_to(root).parts[0]
+    if not any(Path(root).iterdir()):
+        what = "the folder is empty"
+    else:
+        what = f"it has no {folder}/" if not (root / folder).exists() else f"its {folder}/ lacks this file"
+    return (f"not found under data root {root}: {what} (where each dataset comes from and the layout veracity prep "
+            "reads: docs/data.md#the-data-root; --datasets prepares only the ones you have)")
+
+
 def check_input(path: Path, directory: bool = False, root: Path | None = None) -> None:
     """Raise a one-line DataError unless ``path`` is a readable file (or ``directory``)."""
     try:
@@ -55,7 +67,7 @@ def check_input(path: Path, directory: bool = False, root: Path | None = None) -
         if isinstance(error, FileNotFoundError) and os.path.lexists(path):
             cause = "a dangling symlink (its target does not exist)"
         elif isinstance(error, FileNotFoundError) and root is not None:
-            cause = f"not found under data root {root} (set --data_root)"
+            cause = missing_under_root(path, root)
         raise DataError(path, None, cause) from None
     if directory and not stat.S_ISDIR(info.st_mode):
         raise DataError(path, None, "is a file, expected a directory")

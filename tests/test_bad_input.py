@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from veracity import cli
 from veracity.data_prep.errors import DataError
-from veracity.data_prep.prepare import main
+from veracity.data_prep.prepare import DATASETS, main
 from veracity.data_prep.readers import read_delimited, read_json_array, read_jsonl
 
 PAPER_DEV = "fever/paper_dev.shared.jsonl"
@@ -160,8 +161,27 @@ def test_non_object_jsonl_line(tmp_path: Path) -> None:
 def test_missing_input_file_names_the_data_root(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
     path = mutable_data_root / "checkthat_2025_task4b/subtask4b_query_tweets_dev.tsv"
     path.unlink()
+    help_ = "(where each dataset comes from and the layout veracity prep reads: docs/data.md#the-data-root; " \
+            "--datasets prepares only the ones you have)"
     assert _prep_fails(mutable_data_root, tmp_path / "out", ["checkthat"], capsys) == \
-        f"{path}: not found under data root {mutable_data_root} (set --data_root)"
+        f"{path}: not found under data root {mutable_data_root}: its checkthat_2025_task4b/ lacks this file {help_}"
+    shutil.rmtree(mutable_data_root / "checkthat_2025_task4b")
+    first = path.with_name("subtask4b_query_tweets_train.tsv")  # the first file of the dataset, now missing too
+    assert _prep_fails(mutable_data_root, tmp_path / "out", ["checkthat"], capsys) == \
+        f"{first}: not found under data root {mutable_data_root}: it has no checkthat_2025_task4b/ {help_}"
+
+
+def test_a_data_root_without_the_data_says_what_is_missing_there(tmp_path: Path, capsys) -> None:
+    """`prep --data_root DIR` on a folder without the data: what DIR lacks and where the data comes from — not
+    "pass --data_root" to someone who just did. One line, exit 2, nothing written."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    first = empty / "fever_symmetric" / "fever_symmetric_dev.shared.jsonl"  # the first file `prep` reads
+    error = _prep_fails(empty, tmp_path / "out", list(DATASETS), capsys)
+    assert error == (f"{first}: not found under data root {empty}: the folder is empty (where each dataset comes "
+                     "from and the layout veracity prep reads: docs/data.md#the-data-root; --datasets prepares only "
+                     "the ones you have)")
+    assert "pass --data_root" not in error and not (tmp_path / "out").exists()
 
 
 def test_cli_error_exit_code_and_message(mutable_data_root: Path, tmp_path: Path, capsys) -> None:
@@ -180,13 +200,26 @@ def test_cli_error_exit_code_and_message(mutable_data_root: Path, tmp_path: Path
 
 
 def test_no_data_root_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A root that is named and is no folder is named back with where it was named; "pass --data_root" only when
+    none was named and no default exists."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("VERACITY_DATA_ROOT", raising=False)
-    with pytest.raises(SystemExit) as info:
-        cli.main(["prep", "--data_root", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "o")])
-    assert info.value.code == 2
-    assert capsys.readouterr().err == f"error: no data root found (tried ['{tmp_path / 'nowhere'}']); pass " \
-                                      "--data_root or set $VERACITY_DATA_ROOT\n"
+    docs = "the datasets, where to get them and the layout veracity prep reads: docs/data.md#the-data-root"
+
+    def fails(argv: list[str]) -> str:
+        with pytest.raises(SystemExit) as info:
+            cli.main(["prep", *argv, "--output_dir", str(tmp_path / "o")])
+        assert info.value.code == 2 and not (tmp_path / "o").exists()
+        return capsys.readouterr().err
+
+    nowhere = tmp_path / "nowhere"
+    assert fails(["--data_root", str(nowhere)]) == f"error: --data_root {nowhere}: no such folder ({docs})\n"
+    monkeypatch.setenv("VERACITY_DATA_ROOT", str(nowhere))
+    assert fails([]) == f"error: $VERACITY_DATA_ROOT {nowhere}: no such folder ({docs})\n"
+    monkeypatch.delenv("VERACITY_DATA_ROOT")
+    assert fails([]) == ("error: no data root: neither of ['../shared/data', 'shared/data'] is a folder here; pass "
+                         "--data_root DIR or set $VERACITY_DATA_ROOT (the datasets, where to get them and their "
+                         "layout: docs/data.md#the-data-root)\n")
 
 
 # --- byte order marks and line endings ----------------------------------------------------------------------
