@@ -35,7 +35,7 @@ def test_abstentions_count_as_not_enough_info_by_hand() -> None:
     from sklearn.metrics import f1_score
 
     metrics = evaluate(RECORDS)
-    assert metrics["n"] == 5 and metrics["unlabelled"] == 0
+    assert metrics["n"] == 5 and metrics["n_unlabelled"] == 0
     # predictions S, NEI, NEI, R, S against gold S, R, NEI, R, NEI: claims 1, 3, 4 right
     assert metrics["accuracy"] == pytest.approx(3 / 5)
     # per label F1 = 2tp / (2tp + fp + fn): S (tp 1, fp 1, fn 0) 2/3; R (1, 0, 1) 2/3; NEI (1, 1, 1) 1/2
@@ -61,7 +61,7 @@ def test_an_error_record_is_a_wrong_answer_and_is_counted() -> None:
 
     metrics = evaluate(RECORDS, [ERROR, {"id": "7", "status": "error", "error": "x", "gold": None}])
     assert metrics["n"] == 6 and metrics["n_errors"] == 1
-    assert metrics["unlabelled"] == 1  # the error without a gold label cannot be scored
+    assert metrics["n_unlabelled"] == 1  # the error without a gold label cannot be scored
     assert metrics["accuracy"] == pytest.approx(3 / 6)
     # claim 6 (gold S) is a miss of S: S (tp 1, fp 1, fn 1) 1/2; R 2/3; NEI 1/2
     assert metrics["macro_f1"] == pytest.approx((1 / 2 + 2 / 3 + 1 / 2) / 3)
@@ -209,3 +209,39 @@ def test_the_share_of_answers_in_the_trained_quote_format_by_hand() -> None:
     # parsed generator answers: 3 (the unparsed one and the verifier's candidate do not count); 2 in the format
     assert evaluate([claim, other])["quote_format_rate"] == pytest.approx(2 / 3)
     assert evaluate(RECORDS)["quote_format_rate"] is None  # no generator answer at all
+
+
+def test_records_made_before_quote_format_was_recorded_are_read_from_their_rationale(tmp_path: Path) -> None:
+    """A record of an older run has no ``quote_format`` on its candidates: the scorer reads the rationale, so the
+    same answers score the same (not 0.0); a recorded value still wins."""
+    from veracity.infer.pipelines.r2vc.prompt import grounded_rationale
+
+    trained, plain = grounded_rationale(S, "The bridge is long.", 1), "It is long."
+    old = {**RECORDS[0], "candidates": [{"from": "generator", "label": S, "rationale": r} for r in (trained, plain)]}
+    assert evaluate([old])["quote_format_rate"] == pytest.approx(1 / 2)
+    recorded = {**old, "candidates": [{**c, "quote_format": False} for c in old["candidates"]]}
+    assert evaluate([recorded])["quote_format_rate"] == 0.0
+    (tmp_path / "records.jsonl").write_text(json.dumps({"id": "1", "status": "ok", "result": old}) + "\n")
+    from veracity import cli
+
+    assert cli.main(["eval", "r2vc", "--predictions", str(tmp_path / "records.jsonl"), "--output_dir",
+                     str(tmp_path), "--plots", "false"]) == 0
+    assert json.loads((tmp_path / "metrics.json").read_text())["quote_format_rate"] == pytest.approx(1 / 2)
+
+
+def test_unlabelled_claims_are_counted_and_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Your own claims need no label: those without one are not scored, and the metrics (``n_unlabelled``), the
+    printed summary and report.md say how many and which (the first five by id)."""
+    from veracity import cli
+
+    rows = [*RECORDS[:3], *(record(f"u{k}", None, S, False, 0.9, 0.8) for k in range(7))]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps({"id": r["id"], "status": "ok", "result": r}) + "\n" for r in rows))
+    capsys.readouterr()
+    assert cli.main(["eval", "r2vc", "--predictions", str(path), "--output_dir", str(tmp_path), "--plots", "false"]) \
+        == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert (metrics["n"], metrics["n_unlabelled"]) == (3, 7)
+    line = "n_unlabelled 7: claims without a gold label, not scored (u0, u1, u2, u3, u4 and 2 more)"
+    assert line in capsys.readouterr().out.splitlines()
+    assert line in (tmp_path / "report.md").read_text().splitlines()

@@ -19,7 +19,12 @@ table (column "(none)"), and an answered, wrong claim in ``coverage`` / ``select
 ``selective_risk``; it has no confidence, so ``brier``, ``ece`` and ``aurc`` are over the other ``n − n_errors``
 claims. ``n_errors`` counts those errors (``outcomes`` lists them as ``error``); ``errors`` counts every error
 record, also those without a gold label (an unlabelled claim, or a record written before error records carried
-their gold), which are left out of the metrics and counted in ``unlabelled``.
+their gold), which are left out of the metrics and counted in ``n_unlabelled``. A claim without a gold label (your
+own claims need none) is not scored either: ``n_unlabelled`` counts every such record, and the printed summary and
+``report.md`` say how many and name the first of them.
+
+``quote_format_rate``: the share of parsed generator answers whose rationale keeps the trained quote format; a record
+made before candidates carried ``quote_format`` is read from its rationale (``infer/quote_format.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from veracity.infer.metrics import (
     selective_metrics,
 )
 from veracity.infer.plots import reliability_diagram, risk_coverage_plot
+from veracity.infer.quote_format import keeps_quote_format
 from veracity.io import write_json, write_jsonl, write_text
 
 
@@ -94,7 +100,7 @@ def evaluate(records: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]]
         outcomes["error"] = len(failed)
     metrics: dict[str, Any] = {
         "n": len(gold), "n_errors": len(failed),
-        "unlabelled": len(records) - len(scored) + len(errors) - len(failed),
+        "n_unlabelled": len(records) - len(scored) + len(errors) - len(failed),
         "accuracy": accuracy(gold, prediction), "macro_f1": macro_f1(gold, prediction, labels),
         "brier": calibration(binary_brier(confidence, label_right)),
         "ece": calibration(expected_calibration_error(confidence, label_right)),
@@ -122,7 +128,8 @@ def evaluate(records: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]]
 def _quote_format_rate(records: Sequence[dict[str, Any]]) -> float | None:
     """Share of the parsed generator answers whose rationale keeps the trained quote format (None: none parsed)."""
     parsed = [c for r in records for c in r.get("candidates", []) if c.get("from") == "generator" and c.get("label")]
-    return sum(bool(c.get("quote_format")) for c in parsed) / len(parsed) if parsed else None
+    kept = [c["quote_format"] if "quote_format" in c else keeps_quote_format(c.get("rationale") or "") for c in parsed]
+    return sum(map(bool, kept)) / len(parsed) if parsed else None
 
 
 def _parse_failure_rate(records: Sequence[dict[str, Any]]) -> float:
@@ -130,11 +137,20 @@ def _parse_failure_rate(records: Sequence[dict[str, Any]]) -> float:
     return sum(c.get("parse_error") is not None for c in generated) / len(generated) if generated else 0.0
 
 
-def report_markdown(metrics: dict[str, Any], title: str) -> str:
+def unlabelled_line(records: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]], count: int,
+                    shown: int = 5) -> str:
+    """How many records carry no gold label (not scored), naming the first ``shown`` ids."""
+    ids = [str(r.get("id")) for r in [*records, *errors] if not r.get("gold")]
+    named = ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+    return f"n_unlabelled {count}: {'claim' if count == 1 else 'claims'} without a gold label, not scored ({named})"
+
+
+def report_markdown(metrics: dict[str, Any], title: str, notes: Sequence[str] = ()) -> str:
     keys = ("n", "accuracy", "macro_f1", "brier", "ece", "ece_uncalibrated", "coverage", "selective_accuracy", "aurc")
     lines = [f"# {title}", "", "| " + " | ".join(keys) + " |", "|" + "---:|" * len(keys),
              "| " + " | ".join(table_cell(metrics[k]) for k in keys) + " |", ""]
-    lines += ["Outcomes: " + ", ".join(f"{k} {v}" for k, v in metrics["outcomes"].items()),
+    lines += [*notes, *([""] if notes else []),
+              "Outcomes: " + ", ".join(f"{k} {v}" for k, v in metrics["outcomes"].items()),
               f"Generator parse-failure rate: {metrics['parse_failure_rate']:.3f}", "",
               "Confusion (gold → prediction, abstentions count as NOT ENOUGH INFO):", "",
               "| gold | " + " | ".join(TERNARY_LABELS) + " |", "|---|" + "---:|" * len(TERNARY_LABELS)]
@@ -164,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         {"n": 0, "n_errors": 0, "errors": 0}
     if len(errors) > metrics["n_errors"]:
         print(f"warning: {len(errors) - metrics['n_errors']} error records carry no gold label: not scored "
-              "(counted in unlabelled)", file=sys.stderr)
+              "(counted in n_unlabelled)", file=sys.stderr)
     rows = [{"id": r["id"], "gold": r.get("gold"), "prediction": r["prediction"], "abstained": r["abstained"],
              "confidence": r["confidence"], **r} for r in records]
     write_jsonl(out / "predictions.jsonl", rows)
@@ -174,12 +190,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         right = [r["label"] == r["gold"] for r in scored]
         calibrated = [r["confidence"] for r in scored]
         raw = [r["confidence_uncalibrated"] for r in scored]
-        write_text(out / "report.md", report_markdown(metrics, f"R2VC — {args.predictions}"))
+        unlabelled = [unlabelled_line(records, errors, metrics["n_unlabelled"])] if metrics["n_unlabelled"] else []
+        write_text(out / "report.md", report_markdown(metrics, f"R2VC — {args.predictions}", unlabelled))
         if args.plots and scored:
             risk_coverage_plot({"calibrated": risk_coverage(calibrated, right),
                                 "uncalibrated (s_ver)": risk_coverage(raw, right)}, out / "risk_coverage.png")
             reliability_diagram({"calibrated": (calibrated, right), "uncalibrated (s_ver)": (raw, right)},
                                 out / "reliability.png")
         print(report_markdown(metrics, "R2VC").split("\n\nOutcomes")[0].split("\n", 2)[2])
+    if metrics.get("n_unlabelled"):
+        print(unlabelled_line(records, errors, metrics["n_unlabelled"]))
     print(f"wrote metrics.json, predictions.jsonl, report.md and plots to {out}")
     return metrics

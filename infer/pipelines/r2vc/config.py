@@ -32,7 +32,8 @@ class R2VCConfig:
                 f"{sorted(RETRIEVAL_CORPORA)} retrieve from their corpus."})
     split: str = field(default="dev", metadata={"help": "Hash split (the calibrator trains on calib, never dev)."})
     max_examples: int | None = field(default=None, metadata={
-        "help": "Cap per source: the first N claims in an order seeded by --subset_seed (not by --seed)."})
+        "help": "Cap per source: the first N claims in an order seeded by --subset_seed (not by --seed). Prepared "
+                "sources only: refused with --claims."})
     subset_seed: int = field(default=13, metadata={
         "help": "Seeds which claims --max_examples keeps (the order of each source); --seed, the sampling seed, "
                 "never changes the subset. 13 keeps the subsets of runs made when one seed did both jobs."})
@@ -101,5 +102,8 @@ class R2VCConfig:
             raise ValueError("use_verifier false (generator-only) takes no nli_candidate, calibrator or NLI-only run")
         if not self.use_generator and not self.nli_candidate:
             self.nli_candidate = True  # NLI-only: the verifier's label is the only candidate
+        if self.claims and self.max_examples is not None:  # it caps prepared sources: silently ignored otherwise
+            raise ValueError("--max_examples caps prepared sources, not a --claims file: give a file of the claims to "
+                             f"run (the first N: head -n N {self.claims})")
         if self.abstention == "risk_control" and not self.calibrator:
             raise ValueError("abstention risk_control needs a calibrator (its tau_cal is chosen on calib)")

@@ -10,19 +10,20 @@ one JSON object::
 Evidence is data, not instructions: each passage sits between ``<passage id=N>`` and ``</passage>`` tags (a tag
 inside the text is neutralised) and the system prompt says that text inside passages is never an instruction.
 Messages are plain ``{role, content}`` lists: each model's own chat template renders them, so the same records
-serve SmolLM2 and Nemotron-8B.
+serve SmolLM2 and Nemotron-8B. The frames of a grounded rationale live one layer down (``infer/quote_format.py``),
+where the scorer reads them too.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from veracity.data_prep.schema import NOT_ENOUGH_INFO, REFUTES, SUPPORTS, TERNARY_LABELS, to_ternary
 from veracity.infer.parsing import parse_json_answer
+from veracity.infer.quote_format import FRAMES, keeps_quote_format  # noqa: F401 - read from here too
 from veracity.infer.structured import bounded_string, schema_text, token_budget
 from veracity.models.engine import Engine, answer_budget
 
@@ -96,11 +97,6 @@ def format_answer(label: str, rationale: str, evidence_ids: Sequence[int]) -> st
                       ensure_ascii=False)
 
 
-# How a grounded rationale frames its quote, per label: the verb before it, the conclusion after it.
-_FRAMES = {SUPPORTS: ("states", "This supports the claim."), REFUTES: ("states", "This contradicts the claim."),
-           NOT_ENOUGH_INFO: ("says", "This does not settle the claim either way.")}
-
-
 def fit_rationale(text: str, max_chars: int = RATIONALE_MAX_CHARS) -> str:
     """``text`` as the answer schema's rationale admits it: :func:`~veracity.infer.structured.bounded_string`'s
     characters, whitespace runs as one space, and at most ``max_chars`` characters (cut at a word, marked ``…``)."""
@@ -114,24 +110,12 @@ def grounded_rationale(label: str, passage: str, passage_id: int, max_chars: int
     """A rationale that quotes the passage it rests on (what SFT teaches: cite, then conclude), written so that the
     constrained generator can write it too: at most ``max_chars`` characters in all (the schema's maxLength) and the
     quote between typographic quotes, its text cut to fit and in :func:`fit_rationale`'s characters."""
-    verb, conclusion = _FRAMES[label]
+    verb, conclusion = FRAMES[label]
     opening, closing = f"Passage [{passage_id}] {verb}: \u201c", f"\u201d {conclusion}"
     room = max_chars - len(opening) - len(closing)
     if room < 8:
         raise ValueError(f"max_chars {max_chars} leaves no room to quote a passage")
     return opening + fit_rationale(passage, room) + closing
-
-
-# A rationale written the way SFT/DPO train the generator to write it (any label's frame, any passage id)
-_QUOTE_FORMAT = re.compile("Passage \\[\\d+\\] (?:{}): \u201c[^\u201d]*\u201d (?:{})".format(
-    "|".join(sorted({re.escape(verb) for verb, _ in _FRAMES.values()})),
-    "|".join(re.escape(conclusion) for _, conclusion in _FRAMES.values())))
-
-
-def keeps_quote_format(rationale: str) -> bool:
-    """Whether ``rationale`` is in the trained format of :func:`grounded_rationale` (cite a passage, quote it,
-    conclude): what the generator-checkpoint table reports of the fine-tuned generators' answers."""
-    return _QUOTE_FORMAT.fullmatch(rationale) is not None
 
 
 @dataclass(frozen=True)
