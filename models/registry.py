@@ -24,10 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from veracity.config import OneLineErrors
+from veracity.config import SubcommandParser
 from veracity.data_prep.errors import InputError
 from veracity.data_prep.schema import NLI_TO_TERNARY, to_nli
 from veracity.io import atomic_directory
+from veracity.made_by import made_by
 from veracity.models.fingerprint import model_fingerprint  # noqa: F401 - callers import it from the registry
 from veracity.models.gguf import convert_gguf
 from veracity.models.model_card import set_section
@@ -233,9 +234,32 @@ def resolve_model(role: str, name: str | None = None, scale: str = EMBEDDED) -> 
             raise ModelNotFoundError(f"no embedded variant {variant!r} for role {role!r}; variants: "
                                      f"{sorted(spec.variants) or 'none'}")
         return spec.variants[variant].locate()
-    if name.startswith((".", "/", "~")) or name.count("/") != 1:
-        raise ModelNotFoundError(f"model path {name!r} for role {role!r} does not exist")
+    if is_path_name(name):
+        raise ModelNotFoundError(missing_model(role, name))
     return _download(role, name)
+
+
+def require_local_path(role: str, name: str | None) -> None:
+    """Raise :class:`ModelNotFoundError` (with the command that makes it) when ``name`` can only be a local path and
+    nothing is there; a default, a variant or a hub id is left to :func:`resolve_model`. Cheap: a job calls it
+    before it writes anything, so a missing trained model leaves no run folder behind."""
+    if name in (None, EMBEDDED, REAL) or name.startswith(f"{EMBEDDED}:") or Path(name).expanduser().exists():
+        return
+    if is_path_name(name):
+        raise ModelNotFoundError(missing_model(role, name))
+
+
+def is_path_name(name: str) -> bool:
+    """A model name that can only be a local path (a hub id is ``owner/name``)."""
+    return name.startswith((".", "/", "~")) or name.count("/") != 1
+
+
+def missing_model(role: str, name: str) -> str:
+    """The one line for a model path that is not there: the command that makes it, where a shipped recipe does
+    (a trained generator, reranker or verifier stage), and the role's installed default as the way around it."""
+    made = made_by(name)
+    return (f"model path {name!r} for role {role!r} does not exist" + (f": {made}" if made else "")
+            + f"; '{EMBEDDED}' names the role's installed default instead")
 
 
 def _download(role: str, repo_id: str) -> Path:
@@ -295,8 +319,9 @@ def install_model(role: str, source: str | Path) -> Path:
 
 def make_parser() -> argparse.ArgumentParser:
     """The ``veracity models`` command line: ``list``, ``resolve``, ``install`` and ``export-onnx`` sub-commands."""
-    parser = OneLineErrors(prog="veracity models", description="List, resolve and install the models "
-                                     "of each role. Without a sub-command: list.")
+    parser = SubcommandParser(prog="veracity models", description="List, resolve and install the models "
+                                         "of each role. Without a sub-command: list.")
+    parser.bare = "every role with its real-scale and embedded defaults (as `veracity models list`)"
     commands = parser.add_subparsers(dest="command", metavar="{list,resolve,install,export-onnx,card}")
     commands.add_parser("list", help="every role with its real-scale and embedded defaults")
     resolve = commands.add_parser("resolve", help="print the local folder a role resolves to")

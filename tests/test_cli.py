@@ -84,8 +84,10 @@ def test_top_level_and_infer_help(capsys) -> None:
     _, out, _ = run(["infer", "--help"], capsys)
     listed = [line.split()[0] for line in out.split("subcommands:\n")[1].split("\n\n")[0].splitlines()]
     assert listed == ["r2vc", "aic", "sciclaim", "uts", "ablate", "generate"]
-    code, out, _ = run(["models", "--help"], capsys)
-    assert code == 0 and all(f"    {sub} " in out for sub in ("list", "resolve", "install", "export-onnx", "card"))
+    code, out, err = run(["models", "--help"], capsys)  # laid out as every other command's subcommands
+    listed = [line.split()[0] for line in out.split("subcommands:\n")[1].split("\n\n")[0].splitlines()]
+    assert code == 0 and not err and listed == ["(none)", "list", "resolve", "install", "export-onnx", "card"]
+    assert out.startswith("usage: veracity models [options]\n") and "  resolve              print the local" in out
 
 
 def test_training_help_shows_recipe_options_first_and_the_rest_behind_help_all(capsys) -> None:

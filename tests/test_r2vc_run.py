@@ -15,14 +15,6 @@ from veracity.infer.pipelines.r2vc.config import R2VCConfig
 CERTIFIED_SOURCES = ["fever_symmetric", "vitaminc", "sufficient_facts_vitaminc"]  # the calibrator recipe's
 
 
-@pytest.fixture(scope="module")
-def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
-    from tiny_models import build_tiny_nli
-
-    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
-                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_evidence_titles=False)
-
-
 # --- item 5: the sampling seed does not choose the claims ------------------------------------------------------
 
 
@@ -99,7 +91,9 @@ def test_a_recipe_whose_calibrator_is_missing_exits_2_naming_it(tmp_path: Path, 
     out = tmp_path / "out"
     error = _fails(["infer", "r2vc", "--config", "configs/pipelines/r2vc_nli_only.yaml", "--claims", str(claims),
                     "--calibrator", str(missing), "--output_dir", str(out)], capsys)
-    assert error.startswith(f"{missing}: no calibrator file here; fit one with `veracity train calibrator")
+    assert error == (f"{missing}: no calibrator file here: `veracity train calibrator --calibrator_dir "
+                     f"{missing.parent}` with this run's generator and verifier makes it "
+                     "(docs/training.md#calibrator); --calibrator none ranks by s_ver instead")  # no recipe there
     assert not out.exists()
     missing.parent.mkdir()
     missing.write_text("{not json")
@@ -116,7 +110,7 @@ def test_risk_control_with_a_calibrator_without_certify_scores_exits_2(tmp_path:
     calibrator = LogisticCalibrator(["s_ver"], [1.0], 0.0).save(tmp_path / "calibrator.json")
     out = tmp_path / "out"
     error = _fails(["infer", "r2vc", "--config", "configs/pipelines/r2vc_risk_control.yaml", "--claims", str(claims),
-                    "--calibrator", str(calibrator), "--output_dir", str(out)], capsys)
+                    "--calibrator", str(calibrator), "--model", "embedded", "--output_dir", str(out)], capsys)
     assert error.startswith(f"{calibrator}: abstention risk_control: the calibrator keeps no certify-part")
     assert not out.exists()
 

@@ -14,6 +14,7 @@ from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
 from veracity.data_prep.errors import InputError
 from veracity.io import atomic_directory, is_completed
+from veracity.made_by import made_by
 from veracity.models.model_card import command_line, hub_id, write_model_card
 from veracity.models.registry import resolve_model
 
@@ -42,7 +43,11 @@ def merge_adapter(base: str, adapter: str | Path, output_dir: str | Path, dtype:
     out = Path(output_dir)
     if is_completed(out):
         return out
-    if not (Path(adapter) / "adapter_config.json").is_file():  # checked before seconds of imports and loading
+    if not Path(adapter).exists():  # checked before seconds of imports and loading
+        made = made_by(adapter) or ("`veracity train sft --config RECIPE` (or `train dpo`) makes one, as the recipe's "
+                                    "output_dir/adapter (docs/training.md#sft-and-dpo)")
+        raise InputError(f"--adapter {adapter}: no such folder; {made}")
+    if not (Path(adapter) / "adapter_config.json").is_file():
         raise InputError(f"{adapter}: not a LoRA adapter folder (no adapter_config.json)")
     import torch  # lazy, as peft and transformers: seconds to import; `train dpo` imports this module
     from peft import PeftModel

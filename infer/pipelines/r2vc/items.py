@@ -20,7 +20,10 @@ from veracity.infer.pipelines.r2vc.config import RETRIEVAL_CORPORA, R2VCConfig
 from veracity.infer.retrieval.dense import encoder_id
 from veracity.infer.retrieval.index import IndexSettings, built_encoder, read_meta
 from veracity.io import write_json, write_text
+from veracity.made_by import made_by
 from veracity.models.calibrator import LogisticCalibrator, calibrator_file
+from veracity.models.engine import EngineConfig
+from veracity.models.registry import require_local_path
 
 
 def passages_of(example: ClaimExample) -> list[dict[str, str]]:
@@ -99,8 +102,9 @@ def load_calibrator(config: R2VCConfig) -> Any | None:
 
     path = calibrator_file(config.calibrator)
     if not path.is_file():
-        raise DataError(path, None, "no calibrator file here; fit one with `veracity train calibrator --config "
-                                    "configs/train/calibrator_r2vc_embedded.yaml` or pass --calibrator none")
+        made = made_by(path) or (f"`veracity train calibrator --calibrator_dir {path.parent}` with this run's "
+                                 "generator and verifier makes it (docs/training.md#calibrator)")
+        raise DataError(path, None, f"no calibrator file here: {made}; --calibrator none ranks by s_ver instead")
     try:
         calibrator = LogisticCalibrator.load(path)
     except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
@@ -110,6 +114,14 @@ def load_calibrator(config: R2VCConfig) -> Any | None:
         raise DataError(path, None, "abstention risk_control: the calibrator keeps no certify-part calib scores; "
                                     "refit it with `veracity train calibrator`")
     return calibrator
+
+
+def check_model_paths(config: R2VCConfig, engine_config: EngineConfig) -> None:
+    """The verifier, and the generator where the engine loads it from disk, named by a path that is not there: one
+    ``ModelNotFoundError`` line with the command that makes it, before the driver makes the run folder."""
+    require_local_path("nli_verifier", config.nli_model)
+    if config.use_generator and engine_config.engine in LOCAL_ENGINES:
+        require_local_path("chat_lm", engine_config.model)
 
 
 def evaluated_sources(config: R2VCConfig) -> list[str]:
@@ -154,6 +166,7 @@ def record_scope(out: Path, metrics: dict[str, Any], scope: dict[str, Any]) -> d
     return metrics
 
 
+LOCAL_ENGINES = ("transformers", "vllm")  # the engines that load the generator's weights themselves
 # How R2VC indexes a prepared corpus it retrieves from (the default encoder, stemmed BM25).
 CORPUS_INDEX = IndexSettings(stem=True)
 

@@ -15,7 +15,8 @@ the driver's (``infer/pipelines/driver.py``); the pipeline is :class:`~veracity.
 
 Bad input stops the run before anything is written, with exit status 2 and one line naming the file (and line): a
 malformed claims row, a repeated or missing id, a claims file (or a prepared selection) without claims, a
-calibrator file that is missing or unreadable. ``max_examples`` keeps the first claims of each source in an order
+calibrator file that is missing or unreadable, a generator or verifier path that is not there (each names the command
+that makes it). ``max_examples`` keeps the first claims of each source in an order
 seeded by ``subset_seed``; ``seed`` seeds sampling only. With ``abstention: risk_control`` the run record,
 ``metrics.json`` and ``report.md`` carry ``risk_control_guarantee``: the sources τ_cal was certified on, the ones
 evaluated, and that the guarantee assumes the two are exchangeable.
@@ -23,7 +24,21 @@ evaluated, and that the guarantee assumes the two are exchangeable.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from veracity.config import parse_config
 from veracity.infer.pipelines.driver import entry
+from veracity.infer.pipelines.r2vc.items import check_model_paths
 from veracity.infer.pipelines.r2vc.pipeline import R2VC
 
-make_parser, run, main = entry(R2VC, "--config configs/pipelines/r2vc_embedded.yaml")
+make_parser, run, _ = entry(R2VC, "--config configs/pipelines/r2vc_embedded.yaml")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """``veracity infer r2vc``: a generator or verifier path that is not there stops the run before the driver makes
+    its folder (one line naming the command that makes the model)."""
+    *configs, executor = parse_config(make_parser(), argv)
+    config, _, engine_config = configs
+    check_model_paths(config, engine_config)
+    return run(*configs, executor=executor)
