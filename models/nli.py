@@ -26,6 +26,7 @@ import numpy as np
 
 from veracity.data_prep.schema import NLI_LABELS, NLI_TO_TERNARY, to_nli
 from veracity.io import without_lone_surrogates
+from veracity.logs import quiet_unless_asked
 from veracity.models import openvino_runtime
 from veracity.models.device import resolve_device
 from veracity.models.fingerprint import content_id
@@ -158,7 +159,9 @@ class NLIVerifier:
         use and cached with the weights' fingerprint (``models/onnx_runtime.py``, ``models/openvino_runtime.py``;
         ``train nli`` exports the ONNX graphs of the verifiers it trains, ``veracity models export-onnx`` any other);
         a missing or stale one is rebuilt, never used. The weights (and the graph) load at construction, or on first
-        use when built under :func:`~veracity.models.loading.deferred_loading` (a Ray driver: named, not loaded)."""
+        use when built under :func:`~veracity.models.loading.deferred_loading` (a Ray driver: named, not loaded).
+        Used from Python, the libraries stay as quiet as on the command line (``veracity.logs.quiet_unless_asked``)."""
+        quiet_unless_asked()
         import torch  # lazy, as transformers: seconds to import, and only a loaded verifier needs them
         from transformers import AutoConfig, AutoTokenizer
 

@@ -15,6 +15,9 @@ __all__ = ["load_pipeline"]
 def load_pipeline(config: Any = None, **overrides: Any) -> Any:
     """A pipeline loaded from a YAML recipe with keyword overrides of its config fields; see
     :func:`veracity.api.load_pipeline`."""
+    from veracity.logs import quiet_unless_asked
+
+    quiet_unless_asked()  # before the libraries load: their bars and warnings stay quiet, as on the command line
     from veracity.api import load_pipeline as load  # lazy: `import veracity` and `veracity --help` stay instant
 
     return load(config, **overrides)

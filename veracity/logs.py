@@ -4,6 +4,8 @@ Quiet by default means: transformers, datasets and huggingface_hub log errors on
 of their own (weight loading, ``Map``), FutureWarnings and UserWarnings from libraries are not shown, and chatty
 loggers (faiss's loader, matplotlib's font cache, HTTP clients) log warnings only. veracity's own progress bars
 (batch runs, training) and tables stay. ``veracity --verbose …`` or ``VERACITY_VERBOSE=1`` brings everything back.
+The Python API is quiet the same way (:func:`quiet_unless_asked`) unless ``VERACITY_VERBOSE=1`` or the program called
+:func:`setup_logging` itself.
 """
 
 from __future__ import annotations
@@ -50,9 +52,27 @@ def _quiet_loaded_libraries() -> None:
         disable_progress_bars()
 
 
+def verbose_from_env() -> bool:
+    """``VERACITY_VERBOSE=1``: third-party logs, warnings and bars stay, for the commands and the Python API."""
+    return os.environ.get("VERACITY_VERBOSE", "") not in ("", "0", "false")
+
+
+_chosen = False  # set by setup_logging: an entry point (the command line) has chosen, the API leaves it be
+
+
+def quiet_unless_asked() -> None:
+    """The Python API's default (``veracity.load_pipeline``, ``NLIVerifier``, the dense encoder of an index): quiet as
+    the commands are — no "Loading weights" bars or library warnings — unless ``VERACITY_VERBOSE=1`` or the program
+    set up logging itself through :func:`setup_logging` (what the commands do, ``--verbose`` or not)."""
+    if not _chosen and not verbose_from_env():
+        quiet_third_party()
+
+
 def setup_logging(level: str | None = None, verbose: bool | None = None) -> None:
+    global _chosen
+    _chosen = True
     if verbose is None:
-        verbose = os.environ.get("VERACITY_VERBOSE", "") not in ("", "0", "false")
+        verbose = verbose_from_env()
     if not verbose:
         quiet_third_party()
     level = (level or os.environ.get("VERACITY_LOG_LEVEL", "INFO")).upper()

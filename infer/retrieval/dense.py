@@ -20,6 +20,7 @@ import numpy as np
 
 from veracity.infer.retrieval.fusion import Hits
 from veracity.infer.retrieval.gpu import to_cpu, to_gpu_if_available
+from veracity.logs import quiet_unless_asked
 from veracity.models.device import resolve_device
 from veracity.models.loading import loading_deferred
 from veracity.models.onnx_runtime import BACKENDS, OnnxSession, backend_model_id, export_encoder
@@ -62,7 +63,9 @@ class DenseEncoder:
 
     def __init__(self, spec: EncoderSpec, show_progress: bool = False, device: str = "auto"):
         """``device`` (:mod:`veracity.models.device`) places the torch encoder; the ONNX backends run on the CPU.
-        The model loads now, or on first use when built under :func:`~veracity.models.loading.deferred_loading`."""
+        The model loads now, or on first use when built under :func:`~veracity.models.loading.deferred_loading`;
+        used from Python, as quietly as on the command line (:func:`veracity.logs.quiet_unless_asked`)."""
+        quiet_unless_asked()
         self.spec = spec
         self.folder = resolve_model("embedder", spec.model)
         self.fingerprint = model_fingerprint(self.folder)
