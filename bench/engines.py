@@ -126,7 +126,7 @@ def r2vc(args: argparse.Namespace) -> None:
     from veracity import cli
     from veracity.models.registry import resolve_model
 
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB (PLATFORM.md); ignored on a GPU
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB (docs/install.md#facts-the-code-relies-on)
     folder = resolve_model("chat_lm", args.model)
     vllm_args = json.loads(args.vllm_args)
     rows = []

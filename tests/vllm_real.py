@@ -13,7 +13,8 @@ import pytest
 
 from veracity.infer.structured import schema_text, token_budget
 
-# vLLM on this CPU (PLATFORM.md): the KV cache in GiB, and the engine core in this process (no new process to guard)
+# vLLM on this CPU (docs/install.md#facts-the-code-relies-on): the KV cache in GiB, and the engine core in this
+# process (no new process to guard)
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false"}
 LLM_KWARGS = {"max_model_len": 2048, "enforce_eager": True}  # R2VC: ≈ 300 prompt + 870 answer tokens
