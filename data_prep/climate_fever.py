@@ -21,6 +21,7 @@ from veracity.data_prep.schema import (
 )
 
 CLIMATE_FEVER = "climate_fever/climate-fever.shared.jsonl"
+EVIDENCE = "climate_fever_evidence"
 
 
 def _evidences(ctx: LoadContext, row: RawRow) -> list[tuple[EvidencePassage, str, list[str]]]:
@@ -32,11 +33,12 @@ def _evidences(ctx: LoadContext, row: RawRow) -> list[tuple[EvidencePassage, str
             if not isinstance(ev.get(name), str):
                 raise row.error(f"evidence {index}: '{name}' missing or not a string",
                                 field=f"evidences[{index}].{name}")
-        label = ctx.ternary(row, f"evidences[{index}].evidence_label", ev["evidence_label"])
+        # counted under the evidence pairs they label (the row is read for the claims): one per pair, one per vote
+        label = ctx.ternary(row, f"evidences[{index}].evidence_label", ev["evidence_label"], EVIDENCE)
         raw_votes = ev.get("votes") or []
         if not isinstance(raw_votes, list) or not all(v is None or isinstance(v, str) for v in raw_votes):
             raise row.error(f"evidence {index}: 'votes' is not a list of labels", field=f"evidences[{index}].votes")
-        votes = [ctx.ternary(row, f"evidences[{index}].votes", v) for v in raw_votes if v]
+        votes = [ctx.ternary(row, f"evidences[{index}].votes", v, EVIDENCE, vote=True) for v in raw_votes if v]
         url = "https://en.wikipedia.org/wiki/" + ev["article"].replace(" ", "_")
         passage = EvidencePassage(text=ev["evidence"], title=ev["article"], url=url, passage_id=ev["evidence_id"])
         items.append((passage, label, votes))

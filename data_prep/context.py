@@ -109,12 +109,16 @@ class LoadContext:
         """Count something worth reporting about kept records (e.g. evidence text that could not be resolved)."""
         self.events[output][f"kept:{event}"] += 1
 
-    def ternary(self, row: RawRow, name: str, value: object | None = None) -> str:
+    def ternary(self, row: RawRow, name: str, value: object | None = None, output: str | None = None,
+                vote: bool = False) -> str:
+        """The ternary label of field ``name`` (or of ``value`` read from it), its variant counted in the manifest
+        under ``output`` — the output the label goes to, by default the one whose file the row was read for — and,
+        for an annotator's ``vote`` rather than a record's label, as ``votes: <variant>``."""
         value = row.data.get(name) if value is None else value
         label = to_ternary(value)
         if label is None:
             raise row.error(f"unknown label {value!r} (expected a variant of {list(TERNARY_LABELS)})", field=name)
-        self._count_variant(row, value, label)
+        self._count_variant(row, value, label, output, "votes: " if vote else "")
         return label
 
     def nli(self, row: RawRow, name: str) -> str:
@@ -125,9 +129,10 @@ class LoadContext:
         self._count_variant(row, value, label)
         return label
 
-    def _count_variant(self, row: RawRow, value: object, label: str) -> None:
+    def _count_variant(self, row: RawRow, value: object, label: str, output: str | None = None,
+                       kind: str = "") -> None:
         if value != label:
-            self.label_variants[row.output or "-"][f"{value} → {label}"] += 1
+            self.label_variants[output or row.output or "-"][f"{kind}{value} → {label}"] += 1
 
     def split(self, key: str) -> str:
         """The split of ``key`` (a claim, or an id for records without one) taken on its own.
