@@ -18,6 +18,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import logging
 import os
@@ -185,11 +186,17 @@ def recover_output(path: Path) -> set[str]:
     return set(recover_statuses(path))
 
 
-def latest_records(path: str | Path, what: str = "a batch output record") -> list[dict[str, Any]]:
+def latest_records(path: str | Path, what: str = "a batch output record", *,
+                   complete_lines: bool = False) -> list[dict[str, Any]]:
     """The records of a batch output, one per id: the last one written (a retried error is replaced), in the
-    order the ids first appear. A line that is not a record is a ValueError naming ``path:line`` (and ``what``)."""
+    order the ids first appear. A line that is not a record is a ValueError naming ``path:line`` (and ``what``).
+    ``complete_lines``: only the lines that end in a newline (a file being written, or torn by a kill, is read as
+    far as its last whole record)."""
     latest: dict[str, dict[str, Any]] = {}
-    with open(path, "rb") as handle:
+    data = Path(path).read_bytes()
+    if complete_lines:
+        data = data[: data.rfind(b"\n") + 1]
+    with io.BytesIO(data) as handle:
         for number, record, problem in parse_jsonl(handle):
             try:
                 if problem is not None:
@@ -208,15 +215,21 @@ class BatchSummary:
     processed: int = 0
     ok: int = 0
     errors: int = 0
+    errors_kept: int = 0  # items skipped as done whose last record is an error (not retried this run)
     seconds: float = 0.0
     error_examples: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        """Items of the shard whose last record is an error once this run is over."""
+        return self.errors + self.errors_kept
 
     @property
     def items_per_second(self) -> float:
         return self.processed / self.seconds if self.seconds else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "items_per_second": round(self.items_per_second, 3)}
+        return {**self.__dict__, "items_per_second": round(self.items_per_second, 3), "failed_items": self.failed}
 
     def count(self, record: dict[str, Any]) -> None:
         """Count one record written by this run (ok or error; the first errors are kept as examples)."""
@@ -230,7 +243,8 @@ class BatchSummary:
 
     def __str__(self) -> str:
         retried = f", {self.retried} failed ones retried" if self.retried else ""
-        return (f"{self.total_in_shard} items in shard: {self.already_done} already done{retried}, "
+        kept = f" ({self.errors_kept} of them failed: --retry_errors true runs them again)" if self.errors_kept else ""
+        return (f"{self.total_in_shard} items in shard: {self.already_done} already done{kept}{retried}, "
                 f"{self.processed} processed "
                 f"({self.ok} ok, {self.errors} errors) in {self.seconds:.1f} s, {self.items_per_second:.2f} items/s")
 
@@ -248,6 +262,8 @@ def run_batch(
     retry_errors: bool = False,
     take_lock: bool = True,
     error_fields: Sequence[str] = (),
+    stamp: dict[str, Any] | None = None,
+    observe: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> BatchSummary:
     """Run ``process`` over the items not yet in ``output`` and append one record per item.
 
@@ -257,7 +273,8 @@ def run_batch(
     (their new record is appended; the last record of an id wins). ``take_lock=False`` when the caller already
     holds :func:`output_lock` on ``output`` (to write its run record under the same lock). ``error_fields``: item
     fields copied into an error record (R2VC keeps ``gold`` and ``source``, so its scorer counts the failed claim
-    as a wrong answer).
+    as a wrong answer). ``stamp``: fields every record of this run gets (``device``: where it was made).
+    ``observe``: called with each batch's records once they are written (the run record's tally of their facts).
 
     Raises:
         OutputLockedError: another run holds the lock on ``output``.
@@ -266,25 +283,22 @@ def run_batch(
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with output_lock(output) if take_lock else contextlib.nullcontext():
-        return _run_locked(items, process, output, id_field=id_field, shard=shard, batch_size=batch_size,
-                           progress=progress, fsync=fsync, retry_errors=retry_errors, error_fields=error_fields)
-
-
-def _run_locked(items: Iterable[Item], process: Callable[[Sequence[Item]], list[Any]], output: Path, *,
-                id_field: str, shard: tuple[int, int], batch_size: int, progress: bool, fsync: bool,
-                retry_errors: bool, error_fields: Sequence[str] = ()) -> BatchSummary:
-    todo, summary = pending_items(items, recover_statuses(output), id_field=id_field, shard=shard,
-                                  retry_errors=retry_errors)
-    batches = (batch_records(process, todo[first : first + batch_size], id_field=id_field, error_fields=error_fields)
-               for first in range(0, len(todo), batch_size))
-    return append_batches(output, batches, summary, total=len(todo), progress=progress, fsync=fsync)
+        todo, summary = pending_items(items, recover_statuses(output), id_field=id_field, shard=shard,
+                                      retry_errors=retry_errors)
+        batches = (batch_records(process, todo[first : first + batch_size], id_field=id_field,
+                                 error_fields=error_fields, stamp=stamp)
+                   for first in range(0, len(todo), batch_size))
+        return append_batches(output, batches, summary, total=len(todo), progress=progress, fsync=fsync,
+                              observe=observe)
 
 
 def append_batches(output: Path, batches: Iterable[list[dict[str, Any]]], summary: BatchSummary, *, total: int,
-                   progress: bool, fsync: bool = False, desc: str | None = None) -> BatchSummary:
+                   progress: bool, fsync: bool = False, desc: str | None = None,
+                   observe: Callable[[list[dict[str, Any]]], None] | None = None) -> BatchSummary:
     """Append each batch of records to ``output`` as it comes (one write per record, flushed after each batch —
     ``fsync`` too, if asked — so a killed run loses no batch it was handed), counting them in ``summary`` and on a
-    progress bar of ``total`` items; ``summary.seconds`` is the time spent. Every executor writes through this."""
+    progress bar of ``total`` items, then handing them to ``observe``; ``summary.seconds`` is the time spent. Every
+    executor writes through this."""
     from tqdm.auto import tqdm  # lazy: 0.08 s; the CLI imports this module for its error types
 
     start = time.perf_counter()
@@ -299,6 +313,8 @@ def append_batches(output: Path, batches: Iterable[list[dict[str, Any]]], summar
                 os.fsync(handle.fileno())
             bar.update(len(records))
             bar.set_postfix(errors=summary.errors)
+            if observe is not None:
+                observe(records)
     bar.close()
     summary.seconds = time.perf_counter() - start
     return summary
@@ -335,6 +351,7 @@ def pending_items(items: Iterable[Item], statuses: dict[str, str], *, id_field: 
             todo.append(item)
         else:
             summary.already_done += 1
+            summary.errors_kept += status == "error"
     return todo, summary
 
 
@@ -351,16 +368,16 @@ def record_line(record: dict[str, Any]) -> str:
 
 
 def batch_records(process: Callable[[Sequence[Item]], list[Any]], chunk: Sequence[Item], *, id_field: str = "id",
-                  error_fields: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """The output records of one batch, as :func:`run_batch` writes them: ``{"id", "seconds", "status": "ok",
-    "result"}`` or ``{"id", "seconds", "status": "error", "error", <error_fields>}`` (the Python API returns the
-    same). A failing item fails alone (:func:`_process_isolated`)."""
+                  error_fields: Sequence[str] = (), stamp: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The output records of one batch, as :func:`run_batch` writes them: ``{"id", "seconds", <stamp>, "status":
+    "ok", "result"}`` or ``{"id", "seconds", <stamp>, "status": "error", "error", <error_fields>}`` (the Python API
+    returns the same). A failing item fails alone (:func:`_process_isolated`)."""
     t0 = time.perf_counter()
     results = _process_isolated(process, list(chunk))
     per_item = (time.perf_counter() - t0) / max(len(chunk), 1)
     records = []
     for item, result in zip(chunk, results, strict=True):
-        record: dict[str, Any] = {"id": str(item[id_field]), "seconds": round(per_item, 4)}
+        record: dict[str, Any] = {"id": str(item[id_field]), "seconds": round(per_item, 4), **(stamp or {})}
         if isinstance(result, BaseException):
             record.update(status="error", error=f"{type(result).__name__}: {result}")
             record.update({k: item[k] for k in error_fields if k in item})

@@ -48,10 +48,10 @@ from veracity.infer.pipelines.r2vc.prompt import (
 )
 from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
-from veracity.models.engine import Engine, EngineConfig, GenerationRequest
+from veracity.models.engine import Engine, EngineConfig, GenerationRequest, record_decoding, unavailable_error
 from veracity.models.engine_factory import make_engine
 from veracity.models.nli import NLIVerifier
-from veracity.rundir import update_decoding, write_run_config
+from veracity.rundir import record_facts, summarise_facts, write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +125,22 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
                        constrained: bool = True, rationale_max_chars: int = RATIONALE_MAX_CHARS) -> Evaluation:
     """The generator's label on each example's gold evidence (one passage). Constrained, the answer follows the
     R2VC schema and ``max_new_tokens`` is its token budget; a parse failure of an answer cut by the budget is
-    named ``length``."""
+    named ``length``. Each row keeps the decoding facts its answer was made under (``decoding``).
+
+    Raises:
+        EngineUnavailableError: the engine made no answer for some example (a server down): nothing is scored.
+    """
     constraint = answer_constraint(1, rationale_max_chars, constrained, max_new_tokens, engine)
     requests = [GenerationRequest.chat(prompt_messages(e.claim, [e.evidence_text]), **constraint) for e in examples]
+    results = engine.generate(requests)
+    failed = unavailable_error(results)
+    if failed is not None:
+        raise failed
+    kinds = ["json_schema"] if constrained else []
     predictions: list[str | None] = []
     rows = []
     failures: Counter[str] = Counter()
-    for example, result in zip(examples, engine.generate(requests), strict=True):
+    for example, result in zip(examples, results, strict=True):
         text, answer, error = None, None, result.error
         if result.ok:
             text = result.candidates[0].text
@@ -140,7 +149,8 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
         if error:
             failures[error.split(":")[0]] += 1
         predictions.append(answer.label if answer else None)
-        rows.append(prediction_row(example, predictions[-1], answer=text, error=error))
+        rows.append(prediction_row(example, predictions[-1], answer=text, error=error,
+                                   decoding=record_decoding(engine, kinds, [result])))
     metrics = label_metrics(examples, predictions)
     metrics["parse_failure_rate"] = sum(failures.values()) / len(examples) if examples else 0.0
     metrics["failures"] = dict(failures)
@@ -203,8 +213,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         seconds = time.perf_counter() - started  # model time: examples scored per second on --device
         results[source].update(seconds=round(seconds, 2), examples_per_second=round(len(examples) / seconds, 3))
         rows += source_rows
-    if engine is not None:  # what the engine learned from the server (a rejected schema) goes in the record
-        update_decoding(args.output_dir, engine.decoding(["json_schema"] if args.constrained else []))
+    if engine is not None:  # what the answers were made under (a server that rejected the schema: unconstrained)
+        record_facts(args.output_dir, decoding=summarise_facts(row.get("decoding") for row in rows))
     write_jsonl(Path(args.output_dir) / "predictions.jsonl", rows)
     write_json(Path(args.output_dir) / "metrics.json", results)
     table = markdown(results, args.kind)

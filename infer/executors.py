@@ -15,7 +15,10 @@ and :func:`run_on_ray` runs the batches:
 
 Ray is imported here only, when a run asks for it (``import ray`` takes seconds). Actors work in the driver's
 working directory with the driver's ``VERACITY_*``, ``HF_*``, ``VLLM_*`` and thread settings, so paths in a recipe
-mean the same to them (on a multi-node cluster: the same paths on every node, e.g. a shared filesystem).
+mean the same to them (on a multi-node cluster: the same paths on every node, e.g. a shared filesystem), and with
+its ``OPENAI_API_KEY``: secrets go to the actors through Ray's runtime environment only, never into a run file, a
+cache key or a log. Each record says the device of the actor that made it (``device``), and its decoding facts are
+its own (``result["decoding"]``), so the driver's run record summarises what the actors did.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import logging
 import os
 import pickle
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +48,8 @@ logger = logging.getLogger(__name__)
 EXECUTORS = ("local", "ray")
 FORWARDED_ENV_PREFIXES = ("VERACITY_", "HF_", "VLLM_")  # VLLM_: a vLLM engine in an actor (KV cache size …)
 MAX_RESTARTS = 2  # per actor, and retries of a batch whose actor died
-FORWARDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM")
+FORWARDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+                 "OPENAI_API_KEY")  # the key models/openai_engine.py reads when --api_key is not given
 
 
 @dataclass
@@ -89,12 +93,14 @@ class BatchWorker:
             os.chdir(cwd)  # relative paths of the recipe mean what they mean to the driver
         self.pipeline = cls(*configs)
         self.pipeline.load_worker(Path(run_dir))
+        self.device = self.pipeline.device()  # resolved here, where the models load
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.reported: dict[str, float] = {}
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[str]]:
         items = [pickle.loads(blob) for blob in batch["item"]]
-        records = batch_records(self.pipeline, items, error_fields=self.pipeline.error_fields)
+        records = batch_records(self.pipeline, items, error_fields=self.pipeline.error_fields,
+                                stamp={"device": self.device})
         seconds = {k: v - self.reported.get(k, 0.0) for k, v in self.pipeline.seconds.items()}
         self.reported = dict(self.pipeline.seconds)
         facts = json.dumps({"worker": self.name, "models": self.pipeline.model_ids(), "seconds": seconds,
@@ -139,7 +145,8 @@ def check_worker_models(worker: str, found: dict[str, str], recorded: dict[str, 
 
 def run_on_ray(pipeline: Any, items: Sequence[dict[str, Any]], output: Path, run_dir: Path, *,
                shard: tuple[int, int], retry_errors: bool, progress: bool, config: ExecutorConfig,
-               models: dict[str, str]) -> tuple[BatchSummary, dict[str, Any]]:
+               models: dict[str, str], observe: Callable[[list[dict[str, Any]]], None] | None = None
+               ) -> tuple[BatchSummary, dict[str, Any]]:
     """Run the pending items of ``output`` through Ray Data actors and append their records to ``output`` as they
     arrive (the caller holds the output's lock). ``models``: the run record's ``model_ids()``; a batch from an
     actor that loaded others stops the run before its records are written (:func:`check_worker_models`). Returns
@@ -176,5 +183,5 @@ def run_on_ray(pipeline: Any, items: Sequence[dict[str, Any]], output: Path, run
             yield [json.loads(line) for line in batch.column("record").to_pylist()]
 
     append_batches(output, record_batches(), summary, total=len(todo), progress=progress,
-                   desc=f"{output.name} (ray)")
+                   desc=f"{output.name} (ray)", observe=observe)
     return summary, (next(iter(stats.values())) if len(stats) == 1 else {"stats_per_worker": stats})

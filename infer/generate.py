@@ -37,7 +37,7 @@ from veracity.config import parse_config
 from veracity.data_prep.errors import DataError
 from veracity.infer.batch import checked_rows, latest_records, output_lock, parse_shard, run_batch, shard_file
 from veracity.infer.parsing import extract_json_object, name_cut_off
-from veracity.infer.run_folder import claim_folder, summary_file
+from veracity.infer.run_folder import RecordFacts, claim_folder, summary_file
 from veracity.io import write_json
 from veracity.models.device import resolve_device
 from veracity.models.engine import (
@@ -46,9 +46,9 @@ from veracity.models.engine import (
     GenerationRequest,
     SamplingOptions,
     SamplingParams,
+    record_decoding,
 )
 from veracity.models.engine_factory import make_engine
-from veracity.rundir import update_decoding
 
 logger = logging.getLogger(__name__)
 
@@ -145,8 +145,9 @@ def make_processor(engine: Engine, args: GenerateArgs, params: SamplingParams):
                 where.append(k)
             except ValueError as error:
                 outcomes[k] = error
+        kinds = [params.constraint[0]] if params.constraint else []
         for k, result in zip(where, engine.generate(requests), strict=True):
-            if not result.ok:
+            if not result.ok:  # the engine's failure or the request's: an error record, retried on request
                 outcomes[k] = RuntimeError(result.error)
                 continue
             candidates = []
@@ -157,7 +158,8 @@ def make_processor(engine: Engine, args: GenerateArgs, params: SamplingParams):
                     error = name_cut_off(error, c.finish_reason)
                     record.update(parsed=value, parse_error=error)
                 candidates.append(record)
-            outcomes[k] = {"candidates": candidates, "prompt_tokens": result.prompt_tokens, "cached": result.cached}
+            outcomes[k] = {"candidates": candidates, "prompt_tokens": result.prompt_tokens, "cached": result.cached,
+                           "decoding": record_decoding(engine, kinds, [result])}
         return outcomes
 
     return process
@@ -185,22 +187,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                          partial=True)  # another layout or config in the folder: refused before the model loads
             engine = make_engine(engine_config)
             kinds = [params.constraint[0]] if params.constraint else []
+            device = resolve_device(engine_config.device)
+            made_under = RecordFacts(out, "predictions", shard)  # the records already there, before the claim
             try:
                 claim_folder(out, "predictions", shard, configs, job="infer generate",
-                             models={"generator": engine.identity}, decoding=engine.decoding(kinds),
-                             device=resolve_device(engine_config.device))
-                process = make_processor(engine, args, params)
-
-                def watched(batch: Sequence[dict[str, Any]]) -> list[Any]:
-                    try:
-                        return process(batch)
-                    finally:  # what the engine learned from the server (a rejected schema) goes in the record
-                        update_decoding(out, engine.decoding(kinds))
-
-                summary = run_batch(items, watched, out / name, id_field=args.id_field,
+                             models={"generator": engine.identity},
+                             decoding=made_under.decoding() or engine.decoding(kinds),
+                             device=made_under.device() or device)
+                summary = run_batch(items, make_processor(engine, args, params), out / name, id_field=args.id_field,
                                     shard=shard, batch_size=args.requests_per_call, progress=args.progress,
-                                    retry_errors=args.retry_errors, take_lock=False)
+                                    retry_errors=args.retry_errors, take_lock=False, stamp={"device": device},
+                                    observe=made_under.observe)
             finally:
+                made_under.finish()
                 engine.close()
     except BaseException:
         if created and out.is_dir() and not any(out.iterdir()):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from veracity.infer.report_text import Html, esc, fmt
+from veracity.rundir import MIXED
 
 # Config fields that say where a run's items come from, which split, and how much of it (first found wins).
 DATA_SOURCE_FIELDS = ("claims", "items", "posts", "knowledge_store", "prepared_dir", "sources", "collection")
@@ -171,9 +172,13 @@ def engine_line(configs: Sequence[Mapping[str, Any]], run_config: Mapping[str, A
              if engine else "no generator engine"]
     if decoding:
         constrained = decoding.get("constrained")
-        parts.append("constrained decoding" if constrained else "unconstrained decoding" if constrained is False
-                     else "decoding")
-        parts += [f"{k} {fmt(v)}" for k, v in decoding.items() if k != "constrained"]
+        parts.append("constrained decoding" if constrained is True else "unconstrained decoding"
+                     if constrained is False else "mixed decoding" if constrained == MIXED else "decoding")
+        parts += [f"{k} {fmt(v)}" for k, v in decoding.items() if k not in ("constrained", MIXED)]
+        if decoding.get(MIXED):  # the records disagree: how many were made under what
+            parts.append("records: " + "; ".join(
+                f"{group['records']} " + ", ".join(f"{k} {fmt(v)}" for k, v in group.items() if k != "records")
+                for group in decoding[MIXED]))
     elif engine:
         parts.append("decoding not recorded (no generation, or a run from before decoding was recorded)")
     return " · ".join(parts)

@@ -22,14 +22,25 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from veracity.infer.batch import shard_file
-from veracity.rundir import RunConfigMismatchError, check_resume, read_run_config, to_plain, write_run_config
+from veracity.infer.batch import latest_records, layout_files, shard_file
+from veracity.rundir import (
+    RunConfigMismatchError,
+    check_resume,
+    read_run_config,
+    record_facts,
+    summarise_counts,
+    summarise_devices,
+    to_plain,
+    write_run_config,
+)
 
 
 def summary_file(shard: tuple[int, int]) -> str:
@@ -95,8 +106,9 @@ def claim_folder(folder: Path, stem: str, shard: tuple[int, int], configs: Seque
                  models: dict[str, str], decoding: dict[str, Any] | None = None, record: bool = True,
                  partial: bool = False, device: str | None = None) -> None:
     """Claim ``folder`` for the run that writes ``<stem>``'s batch output of ``shard`` (its lock already held) and,
-    with ``record``, write its ``run_config.yaml``. Without ``record``, only check: ``partial`` says ``models``
-    names only the models known before any loads (a resume under other weights is refused before loading).
+    with ``record``, write its ``run_config.yaml`` (a resume — records of this layout already there — keeps the
+    first run's start). Without ``record``, only check: ``partial`` says ``models`` names only the models known
+    before any loads (a resume under other weights is refused before loading).
 
     Raises:
         RunConfigMismatchError: another layout's outputs are in the folder or being written there, or this layout's
@@ -119,7 +131,9 @@ def claim_folder(folder: Path, stem: str, shard: tuple[int, int], configs: Seque
             check_resume(run_config, path, plain, models, running=running, partial=partial)
         check_job(folder, run_config, job)
         if record:
-            write_run_config(folder, *configs, job=job, models=models, decoding=decoding, device=device)
+            resumed = any(p.is_file() and p.stat().st_size for p in layout_files(folder, stem, shard))
+            write_run_config(folder, *configs, job=job, models=models, decoding=decoding, device=device,
+                             resumed=resumed)
 
 
 def check_job(folder: Path, run_config: Path, job: str) -> None:
@@ -135,3 +149,78 @@ def check_job(folder: Path, run_config: Path, job: str) -> None:
 
 def describe(layout: int | None) -> str:
     return "unsharded" if layout == 1 else f"--shard i/{layout}"
+
+
+class RecordFacts:
+    """What the records of a run's layout were made under — each ok record's ``result["decoding"]`` (None: made
+    without a generator) and each record's ``device`` — tallied over the last record of every id: those in the
+    folder when the run starts, then each batch it appends (:meth:`observe`), so that ``run_config.yaml``'s
+    ``decoding`` and ``device`` (:func:`~veracity.rundir.summarise_facts`) describe every record there, across
+    resumes, replays from the response cache and Ray actors. A record from before records kept their facts takes
+    what the run record said when this run started.
+
+    A shard's run counts the records of its siblings as they were when it started; :meth:`finish` counts them
+    all again.
+    """
+
+    def __init__(self, folder: Path, stem: str, shard: tuple[int, int]):
+        self.folder, self.stem, self.shard = folder, stem, shard
+        old = read_run_config(folder / "run_config.yaml", folder)
+        self.before = {"decoding": json.dumps(old.get("decoding")) if old.get("decoding") else None,
+                       "device": old.get("device")}
+        self.latest: dict[str, tuple[str | None, str | None]] = {}
+        self.decodings: Counter[str] = Counter()
+        self.devices: Counter[str] = Counter()
+        self.count(self.layout_records())
+
+    def layout_records(self) -> list[dict[str, Any]]:
+        """The last record of each id in the layout's files, as far as their last whole line (a sibling may be
+        writing; a killed run's torn line is cut by the resume itself)."""
+        return [r for path in layout_files(self.folder, self.stem, self.shard) if path.is_file()
+                for r in latest_records(path, complete_lines=True)]
+
+    def count(self, records: Sequence[dict[str, Any]]) -> None:
+        for record in records:
+            facts = self.facts(record)
+            old = self.latest.get(record["id"])
+            if old is not None:
+                self.decodings[old[0]] -= 1
+                self.devices[old[1]] -= 1
+            self.latest[record["id"]] = facts
+            self.decodings[facts[0]] += 1
+            self.devices[facts[1]] += 1
+
+    def facts(self, record: dict[str, Any]) -> tuple[str | None, str | None]:
+        """(decoding as JSON, device) of one record; what the run record said before, for a record without them."""
+        result = record.get("result") if record.get("status") == "ok" else None
+        if isinstance(result, dict) and "decoding" in result:
+            decoding = json.dumps(result["decoding"], sort_keys=True) if result["decoding"] else None
+        else:
+            decoding = self.before["decoding"] if record.get("status") == "ok" else None
+        return decoding, record.get("device", self.before["device"])
+
+    @property
+    def has_records(self) -> bool:
+        return bool(self.latest)
+
+    def decoding(self) -> dict[str, Any] | None:
+        return summarise_counts(Counter({k: n for k, n in self.decodings.items() if k and n > 0}))
+
+    def device(self) -> str | None:
+        return summarise_devices(self.devices)
+
+    def observe(self, records: list[dict[str, Any]]) -> None:
+        """Count a batch just written and rewrite the run record if what the records say changed."""
+        self.count(records)
+        record_facts(self.folder, decoding=self.decoding(), device=self.device())
+
+    def finish(self) -> None:
+        """Count every record of the layout again (a sibling shard's too) and rewrite the run record; under the
+        folder's lock, so two shards finishing together write one after the other."""
+        with folder_lock(self.folder):
+            if self.shard[1] > 1:
+                self.latest.clear()
+                self.decodings.clear()
+                self.devices.clear()
+                self.count(self.layout_records())
+            record_facts(self.folder, decoding=self.decoding(), device=self.device())

@@ -1,8 +1,10 @@
 """Content-hashed response cache (SQLite): a re-run replays instead of calling the model again.
 
 The key hashes the engine kind, the model id (path + fingerprint, or server + model name), the sampling
-parameters (seed included) and the messages. WAL mode and a busy timeout make concurrent writers (threads or
-processes) safe; results with an error are not cached, so a failed call is tried again next time.
+parameters (seed included) and the messages. The value keeps what the answer was made under — whether its
+constraint was enforced (``GenerationResult.constrained``) — and a replay says that, not what the engine would do
+now; an entry from before that was kept is asked again. WAL mode and a busy timeout make concurrent writers
+(threads or processes) safe; results with an error are not cached, so a failed call is tried again next time.
 """
 
 from __future__ import annotations
@@ -84,13 +86,14 @@ class CachedEngine(Engine):
         return self.engine.model_id
 
     def decoding(self, kinds: Sequence[str] = ("json_schema",)) -> dict[str, Any]:
-        """The wrapped engine's (a cache enforces nothing: replayed answers were made by that engine, under the same
-        key — engine kind, model id, request — so what it says of its decoding holds for them too)."""
+        """The wrapped engine's now; whether a replayed answer was constrained is its result's own ``constrained``
+        (what it was made under), which :func:`~veracity.models.engine.record_decoding` reads."""
         return self.engine.decoding(kinds)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         keys = [request_key(self.engine, r) for r in requests]
-        hits = self.cache.get_many(keys)
+        # an entry that does not say whether its constraint was enforced is asked again (kept before it was recorded)
+        hits = {k: v for k, v in self.cache.get_many(keys).items() if "constrained" in v}
         missing = [i for i, k in enumerate(keys) if k not in hits]
         fresh = self.engine.generate([requests[i] for i in missing]) if missing else []
         self.cache.put_many({keys[i]: r.to_dict() for i, r in zip(missing, fresh, strict=True) if r.ok})

@@ -43,7 +43,9 @@ def logprob_definition(decoding: Mapping[str, Any] | None) -> str | None:
     different things, and a calibrator fit on one must refuse the other. None where the engine does not say."""
     if not decoding or decoding.get("logprob_definition") is None:
         return None
-    return f"{decoding['logprob_definition']}, {'constrained' if decoding.get('constrained') else 'free'}"
+    constrained = decoding.get("constrained")
+    way = "constrained" if constrained is True else "free" if constrained is False else str(constrained)
+    return f"{decoding['logprob_definition']}, {way}"
 
 
 @dataclass

@@ -146,26 +146,69 @@ class Candidate:
         return asdict(self)
 
 
+# The start of a result's ``error`` when the engine itself failed — a server that could not be reached, timed out or
+# answered 429/5xx through all its retries — rather than the request (a prompt too long, a request refused): such an
+# item is an error record, retried on request, never a model's answer (``unavailable_error``).
+UNAVAILABLE = "server_error"
+
+
 @dataclass
 class GenerationResult:
-    """Candidates for one request, or an ``error`` (e.g. ``context_overflow``) with no candidates."""
+    """Candidates for one request, or an ``error`` (e.g. ``context_overflow``) with no candidates.
+
+    ``constrained``: whether this request's constraint was enforced while its answer was made (False for a request
+    without one; None where the engine did not say). A cached result keeps what it was made under.
+    """
 
     candidates: list[Candidate] = field(default_factory=list)
     prompt_tokens: int | None = None
     error: str | None = None
     cached: bool = False
+    constrained: bool | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def unavailable(self) -> bool:
+        """The engine failed (:data:`UNAVAILABLE`), not the request."""
+        return (self.error or "").startswith(UNAVAILABLE)
+
     def to_dict(self) -> dict[str, Any]:
         return {"candidates": [c.to_dict() for c in self.candidates], "prompt_tokens": self.prompt_tokens,
-                "error": self.error}
+                "error": self.error, "constrained": self.constrained}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], cached: bool = False) -> GenerationResult:
-        return cls([Candidate(**c) for c in data["candidates"]], data.get("prompt_tokens"), data.get("error"), cached)
+        return cls([Candidate(**c) for c in data["candidates"]], data.get("prompt_tokens"), data.get("error"), cached,
+                   data.get("constrained"))
+
+
+class EngineUnavailableError(RuntimeError):
+    """An item whose answer the engine could not make (:data:`UNAVAILABLE`): the batch runner writes it as an error
+    record, counted in the summary and run again with ``--retry_errors``."""
+
+
+def unavailable_error(results: Sequence[Any]) -> EngineUnavailableError | None:
+    """The error of an item whose answers come from ``results`` (each a :class:`GenerationResult`, or anything with
+    its ``unavailable`` and ``error``: a judge's verdict) when the engine failed on any of them, else None."""
+    failed = [r.error for r in results if r is not None and r.unavailable]
+    if not failed:
+        return None
+    return EngineUnavailableError(f"the engine failed on {len(failed)} of {len(results)} request(s): {failed[0]}")
+
+
+def record_decoding(engine: Engine, kinds: Sequence[str], results: Sequence[Any]) -> dict[str, Any]:
+    """The decoding facts of one output record made from ``results`` (its requests constrained by ``kinds``; each a
+    :class:`GenerationResult` or anything with its ``ok`` and ``constrained``, as a judge's verdict):
+    :meth:`Engine.decoding` — ``constrained`` then only where every one of these answers was made under its
+    constraint, as each result says (a replayed answer, what it was made under) — and the ``engine``."""
+    facts = {**engine.decoding(kinds), "engine": engine.identity}
+    told = [r.constrained for r in results if r is not None and r.ok]
+    if told and all(t is not None for t in told):
+        facts["constrained"] = bool(kinds) and all(told)
+    return facts
 
 
 # How every engine defines a token's log-probability (models/decoding.py says why): under the model at temperature 1,
@@ -277,3 +320,28 @@ class EngineConfig:
         if not isinstance(value, dict):
             raise ValueError(f"vllm_args must be a JSON object of vllm.LLM arguments, not {self.vllm_args!r}")
         return value
+
+
+class DecodingTally(Engine):
+    """An engine that counts the decoding facts of every answer it passes on (:func:`record_decoding` of each
+    result made): what a scorer's run record says of its judge when there is no record per answer to keep them."""
+
+    def __init__(self, engine: Engine, kinds: Sequence[str]):
+        self.engine, self.kinds = engine, list(kinds)
+        self.kind = engine.kind
+        self.facts: list[dict[str, Any]] = []
+
+    @property
+    def model_id(self) -> str:
+        return self.engine.model_id
+
+    def decoding(self, kinds: Sequence[str] = ("json_schema",)) -> dict[str, Any]:
+        return self.engine.decoding(kinds)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        results = self.engine.generate(requests)
+        self.facts += [record_decoding(self.engine, self.kinds, [r]) for r in results if r.ok]
+        return results
+
+    def close(self) -> None:
+        self.engine.close()

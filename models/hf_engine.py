@@ -187,7 +187,8 @@ class TransformersEngine(Engine):
                 row = p * copies + c
                 candidates.append(self._candidate(generated[row], logprobs[row] if logprobs is not None else None,
                                                   params))
-            results.append(GenerationResult(candidates * (params.n // copies), prompt_tokens=len(prompt)))
+            results.append(GenerationResult(candidates * (params.n // copies), prompt_tokens=len(prompt),
+                                            constrained=params.constraint is not None))
         return results
 
     def _candidate(self, tokens: torch.Tensor, logprobs: torch.Tensor | None, params: SamplingParams) -> Candidate:

@@ -42,6 +42,7 @@ from typing import Any
 
 from veracity.models.engine import (
     LOGPROB_DEFINITION,
+    UNAVAILABLE,
     Candidate,
     Engine,
     EngineError,
@@ -141,11 +142,12 @@ class OpenAIEngine(Engine):
             once = self._one(GenerationRequest(request.messages, request.prompt, replace(params, n=1)))
             once.candidates = [replace(once.candidates[0]) for _ in range(params.n)] if once.ok else []
             return once
+        enforced = []  # per call: whether its constraint went in a field this server enforces, not rejected
         try:
             candidates: list[Candidate] = []
             prompt_tokens = None
             if self.n_supported is not False or params.n == 1:
-                response = self._call(request, params.n, params.seed)
+                response = self._call(request, params.n, params.seed, enforced)
                 prompt_tokens = getattr(response.usage, "prompt_tokens", None) if response.usage else None
                 candidates = [self._candidate(choice, request) for choice in response.choices]
                 if params.n > 1:
@@ -157,13 +159,15 @@ class OpenAIEngine(Engine):
                                                self.base_url)
             for extra in range(len(candidates), params.n):  # the server gave fewer: ask again, new seeds
                 seed = None if params.seed is None else params.seed + extra
-                response = self._call(request, 1, seed)
+                response = self._call(request, 1, seed, enforced)
                 candidates += [self._candidate(choice, request) for choice in response.choices[:1]]
-            return GenerationResult(candidates[: params.n], prompt_tokens=prompt_tokens)
+            return GenerationResult(candidates[: params.n], prompt_tokens=prompt_tokens,
+                                    constrained=bool(enforced) and all(enforced))
         except _GaveUp as failure:
             return GenerationResult(error=str(failure))
 
-    def _call(self, request: GenerationRequest, n: int, seed: int | None) -> Any:
+    def _call(self, request: GenerationRequest, n: int, seed: int | None, enforced: list[bool]) -> Any:
+        """One request to the server; appends to ``enforced`` whether its constraint (if any) was enforced."""
         p = request.params
         common: dict[str, Any] = dict(model=self.model, n=n, temperature=p.temperature, top_p=p.top_p,
                                       max_tokens=p.max_new_tokens, stop=list(p.stop) or None)
@@ -192,17 +196,21 @@ class OpenAIEngine(Engine):
                     lambda: self.client.chat.completions.create(messages=list(request.messages), **body))
 
         if p.constraint is None:
+            enforced.append(False)
             return send({})
         kind = p.constraint[0]
         fields = self._constraint_fields(p, raw=request.prompt is not None)
         if not fields:
             self._went_without(kind, "refused before" if kind in self.rejected else "no field for it here")
+            enforced.append(False)
             return send({})
         try:
             response = send(fields)
         except _ConstraintRejected as rejected:
             self._went_without(kind, str(rejected), rejected=True)
+            enforced.append(False)
             return send({})
+        enforced.append(kind in ENFORCES[self.server])
         if kind == "json_schema":
             with self._lock:
                 if self.json_schema_supported is None:
@@ -284,7 +292,7 @@ class OpenAIEngine(Engine):
             raise _GaveUp(f"http_{error.status_code}: {_body(error)}") from error
 
     def _exhausted(self, error: Exception) -> _GaveUp:
-        return _GaveUp(f"server_error after {self.max_retries + 1} attempts: {type(error).__name__}: {_body(error)}")
+        return _GaveUp(f"{UNAVAILABLE} after {self.max_retries + 1} attempts: {type(error).__name__}: {_body(error)}")
 
     @staticmethod
     def _candidate(choice: Any, request: GenerationRequest) -> Candidate:

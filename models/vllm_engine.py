@@ -69,6 +69,11 @@ class VLLMEngine(Engine):
     def model_id(self) -> str:
         return self._model_id
 
+    def decoding(self, kinds: Sequence[str] = ("json_schema",)) -> dict[str, Any]:
+        """As every local engine's, plus the ``device`` vLLM runs on as vLLM reports it (``--device`` does not move
+        a vLLM engine: vLLM picks its platform itself)."""
+        return {**super().decoding(kinds), "device": vllm_device()}
+
     @property
     def llm(self) -> Any:
         """vLLM's ``LLM``: the one given, or built on first use when the engine was built under
@@ -121,6 +126,7 @@ class VLLMEngine(Engine):
                 raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(batch)} requests")
             for i, output in zip(indices, outputs, strict=True):
                 results[i] = _result(output, requests[i].params.n)
+                results[i].constrained = requests[i].params.constraint is not None  # vLLM enforces every kind
         assert all(r is not None for r in results), "every request gets a result"
         return results  # type: ignore[return-value]
 
@@ -131,6 +137,15 @@ class VLLMEngine(Engine):
     def _complete(self, batch: list[GenerationRequest]) -> list[Any]:
         return self.llm.generate([r.prompt for r in batch], [self.sampling(r.params) for r in batch],
                                  use_tqdm=False)
+
+
+def vllm_device() -> str:
+    """The device type of vLLM's current platform (``cuda``, ``cpu``, …); ``unknown`` without vLLM (a test)."""
+    try:
+        from vllm.platforms import current_platform  # lazy: vLLM is optional
+    except ImportError:
+        return "unknown"
+    return str(current_platform.device_type)
 
 
 def platform_defaults() -> dict[str, Any]:

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,6 +114,16 @@ def embedded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
+    """A tiny random 3-way NLI cross-encoder (entailment, neutral, contradiction; passages without titles), saved
+    like a trained verifier (a module that needs other settings builds its own)."""
+    from tiny_models import build_tiny_nli
+
+    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
+                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_evidence_titles=False)
+
+
+@pytest.fixture(scope="session")
 def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama chat model (byte-level tokenizer, ChatML template), saved like any local model."""
     from tiny_models import build_tiny_llama
@@ -127,3 +138,15 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     need_vllm()
     yield from serve(tmp_path_factory.mktemp("vllm"))
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    """A local Ray for one test module, the tests' own whatever else runs on the machine (local_ray.py); shut down
+    after the module, so no Ray process is left behind."""
+    pytest.importorskip("ray")
+    from local_ray import start_local_ray
+
+    ray = start_local_ray()
+    yield ray
+    ray.shutdown()

@@ -39,6 +39,7 @@ def serve_on_loopback(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPSer
 class Stub:
     answer: Callable[[dict[str, Any]], str] = lambda body: "yes"
     refuse: Callable[[dict[str, Any]], bool] = lambda body: False
+    fail: Callable[[dict[str, Any]], int | None] = lambda body: None  # an HTTP status to answer with instead
     seen: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -57,7 +58,10 @@ def openai_stub(stub: Stub) -> Iterator[Stub]:
                 stub.paths.append(self.path)
                 stub.headers.append({k.lower(): v for k, v in self.headers.items()})
             raw = self.path.endswith("/completions") and "chat" not in self.path
-            if stub.refuse(body):
+            failure = stub.fail(body)
+            if failure:
+                status, payload = failure, {"error": {"message": "the server is overloaded", "type": "server_error"}}
+            elif stub.refuse(body):
                 status, payload = 400, {"error": {"message": VLLM_SCHEMA_REFUSAL, "type": "BadRequestError"}}
             else:
                 text, n = stub.answer(body), body.get("n", 1)

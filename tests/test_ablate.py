@@ -19,14 +19,6 @@ from veracity.infer.pipelines.registry import pipeline_class
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
-    from tiny_models import build_tiny_nli
-
-    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
-                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_evidence_titles=False)
-
-
 def test_rows_run_through_the_driver_into_one_table(tiny_verifier: Path, tmp_path: Path) -> None:
     claims = write_jsonl(tmp_path / "claims.jsonl", CLAIMS)
     recipe = tmp_path / "r2vc_nli.yaml"

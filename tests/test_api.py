@@ -41,14 +41,6 @@ def test_import_stays_light() -> None:
     assert out.strip() == "[]"
 
 
-@pytest.fixture(scope="module")
-def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
-    from tiny_models import build_tiny_nli
-
-    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
-                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_evidence_titles=False)
-
-
 def test_r2vc_example_returns_the_cli_records(tiny_lm_dir: Path, tiny_verifier: Path, tmp_path: Path) -> None:
     from veracity import eval as scores
 

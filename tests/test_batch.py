@@ -240,8 +240,10 @@ def test_generate_retry_errors_and_a_locked_output_through_the_command(tiny_lm_d
     source, out = tmp_path / "items.jsonl", tmp_path / "run"
     source.write_text(json.dumps({"id": "a", "claim": "The sky is blue."}) + "\n"
                       + json.dumps({"id": "b", "claim": " "}) + "\n")
-    assert cli.main(_generate_args(source, out, tiny_lm_dir)) == 0
+    assert cli.main(_generate_args(source, out, tiny_lm_dir)) == 1  # an item failed: the exit status says so
+    assert "1 item(s) failed" in capsys.readouterr().err
     assert [r["status"] for r in latest_records(out / "predictions.jsonl")] == ["ok", "error"]
+    assert cli.main(_generate_args(source, out, tiny_lm_dir)) == 1  # a resume that does not retry it: still failed
     source.write_text(json.dumps({"id": "a", "claim": "The sky is blue."}) + "\n"
                       + json.dumps({"id": "b", "claim": "Grass is green."}) + "\n")  # the user fixed item b
     assert cli.main(_generate_args(source, out, tiny_lm_dir) + ["--retry_errors", "true"]) == 0

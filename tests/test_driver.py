@@ -72,14 +72,6 @@ def assert_each_once(path: Path, ids: list[str]) -> None:
 # --- R2VC --------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
-    from tiny_models import build_tiny_nli
-
-    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
-                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_evidence_titles=False)
-
-
 def test_r2vc_killed_mid_run_resumes_each_claim_once(tiny_verifier: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from veracity.infer.pipelines.r2vc.run import main
@@ -92,7 +84,7 @@ def test_r2vc_killed_mid_run_resumes_each_claim_once(tiny_verifier: Path, tmp_pa
     assert (report["already_done"], report["processed"], report["total_in_shard"]) == (2, 3, 5)
     assert_each_once(out / "records.jsonl", [c["id"] for c in CLAIMS])
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["n"] == 4 and metrics["unlabelled"] == 1  # c4 has no label
+    assert metrics["n"] == 4 and metrics["n_unlabelled"] == 1  # c4 has no label
     assert [json.loads(line)["id"] for line in (out / "predictions.jsonl").read_text().splitlines()] == [
         c["id"] for c in CLAIMS]
     uninterrupted = tmp_path / "whole"

@@ -129,7 +129,7 @@ def test_infer_r2vc_counts_a_claim_the_pipeline_raised_on(tiny_verifier: Path, t
         {"id": "b", "claim": "Dogs bark.", "evidence": "Dogs bark at night.", "label": "supports"}]))
     out = tmp_path / "out"
     assert cli.main(["infer", "r2vc", "--claims", str(claims), "--use_generator", "false", "--nli_model",
-                     str(tiny_verifier), "--output_dir", str(out), "--progress", "false"]) == 0
+                     str(tiny_verifier), "--output_dir", str(out), "--progress", "false"]) == 1  # a claim failed
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert [(r["id"], r["status"], r.get("gold")) for r in records if r["status"] == "error"] == [
         ("b", "error", S)]

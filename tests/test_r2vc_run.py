@@ -218,7 +218,10 @@ def test_a_calibrator_fit_with_logprobs_names_its_decoding_and_refuses_another(
     assert "mean_logprob" in fitted["feature_names"]
     assert fitted["logprob_definition"] == f"{LOGPROB_DEFINITION}, constrained"
     simulation = yaml.safe_load((calibrator_dir / "simulation" / "run_config.yaml").read_text())
-    assert simulation["decoding"] == {"constrained": True, "logprob_definition": LOGPROB_DEFINITION}
+    engine = f"transformers:{tiny_lm_dir}"
+    assert simulation["decoding"]["engine"].startswith(engine)  # each record's facts: all the same, so these
+    assert simulation["decoding"] == {"constrained": True, "logprob_definition": LOGPROB_DEFINITION,
+                                      "engine": simulation["decoding"]["engine"]}
 
     calibrator = str(calibrator_dir / "calibrator.json")
     out = tmp_path / "free"
@@ -231,4 +234,4 @@ def test_a_calibrator_fit_with_logprobs_names_its_decoding_and_refuses_another(
     assert cli.main(["infer", "r2vc", "--claims", str(two), *models, "--calibrator", calibrator,
                      "--output_dir", str(tmp_path / "constrained")]) == 0
     decoding = yaml.safe_load((tmp_path / "constrained" / "run_config.yaml").read_text())["decoding"]
-    assert decoding == {"constrained": True, "logprob_definition": LOGPROB_DEFINITION}
+    assert decoding == {**simulation["decoding"], "constrained": True}

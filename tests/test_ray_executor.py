@@ -21,15 +21,6 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    """One local cluster for the module (starting one takes seconds); its actors can import this test module."""
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}})
-    yield ray
-    ray.shutdown()
-
-
 def without_timing(value: Any) -> Any:
     """A record with every ``*seconds*`` field left out (how long a step took is the one thing that may differ)."""
     if isinstance(value, dict):
@@ -91,14 +82,6 @@ def assert_same_records(tmp_path: Path, n: int) -> None:
 
 
 # --- R2VC: generator (the tiny Llama, greedy) and verifier in the actor ------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
-    from tiny_models import build_tiny_nli
-
-    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
-                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_evidence_titles=False)
 
 
 def r2vc_argv(tmp_path: Path, verifier: Path, lm: Path) -> list[str]:

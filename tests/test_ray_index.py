@@ -17,14 +17,6 @@ DOCS = [{"doc_id": f"d{i}", "title": f"Title {i % 4}",
          "text": f"Document {i} says the river {i % 3} is long " * (i % 5 + 1)} for i in range(23)]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield ray
-    ray.shutdown()
-
-
 def _corpus(path: Path, docs: list[dict[str, Any]] = DOCS) -> Path:
     path.write_text("".join(json.dumps(d) + "\n" for d in docs))
     return path

@@ -96,14 +96,6 @@ def assert_page_shape(page: Page, run_dir: Path, extra_filters: Sequence[str] = 
 # --- each pipeline's run -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_verifier(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path) -> Path:
-    from tiny_models import build_tiny_nli
-
-    return build_tiny_nli(tmp_path_factory.mktemp("tiny_verifier"), tiny_encoder_dir,
-                          {0: "entailment", 1: "neutral", 2: "contradiction"}, veracity_evidence_titles=False)
-
-
 class TwoAnswers(Engine):
     """R2VC's generator, scripted: a parsable answer whose rationale holds markup, then one that does not parse."""
 

@@ -102,7 +102,8 @@ def test_a_server_that_refuses_the_schema_leaves_constrained_false_in_the_run_re
                         "--json_schema", str(schema))
     record = _run_config(out)
     assert record["decoding"] == {"constrained": False, "server": "vllm",
-                                  "logprob_definition": "model_t1_renormalised_over_allowed"}
+                                  "logprob_definition": "model_t1_renormalised_over_allowed",
+                                  "engine": f"openai:openai:{stub.url}#m@vllm"}
     assert stub.seen[0]["structured_outputs"] == {"grammar": _grammar(SCHEMA)}
     assert ["structured_outputs" in b for b in stub.seen] == [True, False, False, False], \
         "refused once (a 400, not retried), then every request without it"

@@ -24,8 +24,7 @@ LOGPROB_TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    ray = pytest.importorskip("ray", reason="Ray is not in this environment: bash scripts/setup_vllm_cpu.sh")
+def runs(tmp_path_factory: pytest.TempPathFactory, ray_cluster: Any) -> dict[str, Any]:
     from veracity import cli
 
     set_env()
@@ -38,16 +37,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
               "--nli_model", str(verifier), "--nli_backend", "torch", "--engine", "vllm", "--model", "embedded",
               "--dtype", "float32", "--vllm_args", json.dumps(LLM_KWARGS), "--progress", "false"]
     out: dict[str, Any] = {}
-    ray.init(num_cpus=2, include_dashboard=False)
-    try:
-        for name, executor in (("one", []), ("replicas", ["--executor", "ray", "--workers", "2"])):
-            folder = tmp_path_factory.mktemp(name)
-            cli.main(["infer", "r2vc", "--output_dir", str(folder), *common, *executor])
-            summary = json.loads((folder / "summary.json").read_text())
-            lines = (folder / "records.jsonl").read_text().splitlines()
-            out[name] = {"summary": summary, "records": {r["id"]: r for r in map(json.loads, lines)}}
-    finally:
-        ray.shutdown()
+    for name, executor in (("one", []), ("replicas", ["--executor", "ray", "--workers", "2"])):
+        folder = tmp_path_factory.mktemp(name)
+        cli.main(["infer", "r2vc", "--output_dir", str(folder), *common, *executor])
+        summary = json.loads((folder / "summary.json").read_text())
+        lines = (folder / "records.jsonl").read_text().splitlines()
+        out[name] = {"summary": summary, "records": {r["id"]: r for r in map(json.loads, lines)}}
     return out
 
 

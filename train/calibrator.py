@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ import yaml
 
 from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
+from veracity.data_prep.errors import DataError
 from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.splits import claim_key, component_representatives, hash_unit, record_keys
 from veracity.infer.eval.r2vc import read_r2vc_records, table_cell
@@ -231,6 +233,26 @@ def prepared_groups(config: R2VCConfig) -> dict[str, list[str]]:
             for source in config.sources for record in read_prepared(config.prepared_dir, source, ["calib"])}
 
 
+def simulation_logprob_definition(simulation: Path, records: Sequence[dict[str, Any]]) -> str | None:
+    """The one log-prob definition (``logprob_definition``) the simulation's generator candidates were made under,
+    from each record's own decoding facts (a record from before they were kept: the run record's).
+
+    Raises:
+        DataError: the records mix definitions (a resumed simulation whose server refused the schema in one run and
+            enforced it in another, answers replayed from a cache made otherwise): one calibrator fits one.
+    """
+    recorded = (yaml.safe_load((simulation / "run_config.yaml").read_text(encoding="utf-8")) or {}).get("decoding")
+    found = Counter(logprob_definition(r["decoding"] if "decoding" in r else recorded) for r in records
+                    if any(c.get("from") == "generator" and c.get("label") for c in r.get("candidates", [])))
+    if len(found) > 1:
+        mix = "; ".join(f"{n} claims {definition}" for definition, n in found.most_common())
+        raise DataError(simulation / "records.jsonl", None,
+                        f"the simulation's log-probabilities were made under more than one definition ({mix}): a "
+                        "calibrator fits one. Run it again into a new --calibrator_dir, with an engine that keeps one "
+                        "way of decoding (or --constrained false)")
+    return next(iter(found), None)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, config, settings, engine_config = parse_config(make_parser(), argv)
     out = Path(args.calibrator_dir)
@@ -251,8 +273,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     calibrator.risk_control["certify_sources"] = metrics["certify_sources"] = evaluated_sources(config)
     calibrator.versions = package_versions(("veracity", "scikit-learn", "numpy"))
     if logprobs:  # the definition its log-prob feature was made under: inference refuses another
-        decoding = yaml.safe_load((simulation / "run_config.yaml").read_text(encoding="utf-8")).get("decoding") or {}
-        calibrator.logprob_definition = logprob_definition(decoding)
+        calibrator.logprob_definition = simulation_logprob_definition(simulation, records)
     calibrator.save(out / "calibrator.json")
     write_json(out / "metrics.json", {**metrics, "features": names, "risk_control": {
         k: v for k, v in calibrator.risk_control.items() if not k.startswith("holdout_")}})

@@ -29,6 +29,7 @@ from veracity.infer.batch import IdCheck, batch_records, output_lock, run_batch
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
 from veracity.infer.pipelines.driver import build_configs, claim, layout_records
 from veracity.infer.pipelines.registry import pipeline_class
+from veracity.infer.run_folder import RecordFacts
 
 
 class LoadedPipeline:
@@ -62,16 +63,22 @@ class LoadedPipeline:
         size = max(self.pipeline.batch_size, 1)
         records = [record for first in range(0, len(items), size)
                    for record in batch_records(self.pipeline, items[first : first + size],
-                                               error_fields=self.pipeline.error_fields)]
+                                               error_fields=self.pipeline.error_fields,
+                                               stamp={"device": self.pipeline.device()})]
         return json.loads(json.dumps(records, ensure_ascii=False, default=str))  # as the file holds them
 
     def _run_into(self, items: list[Item], run_dir: Path) -> list[Record]:
         output = run_dir / "records.jsonl"
         run_dir.mkdir(parents=True, exist_ok=True)
         with output_lock(output):
-            claim(self.pipeline, run_dir, (0, 1), loaded=True)  # one folder, one run: as the command claims it
-            run_batch(items, self.pipeline, output, batch_size=self.pipeline.batch_size, progress=False,
-                      take_lock=False, error_fields=self.pipeline.error_fields)
+            made_under = RecordFacts(run_dir, "records", (0, 1))
+            claim(self.pipeline, run_dir, (0, 1), loaded=True, facts=made_under)  # one folder, one run: as the
+            try:                                                                   # command claims it
+                run_batch(items, self.pipeline, output, batch_size=self.pipeline.batch_size, progress=False,
+                          take_lock=False, error_fields=self.pipeline.error_fields,
+                          stamp={"device": self.pipeline.device()}, observe=made_under.observe)
+            finally:
+                made_under.finish()
         return layout_records(run_dir, "records", (0, 1), [str(item["id"]) for item in items])
 
     def close(self) -> None:

@@ -122,12 +122,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     setup_logging(verbose=verbose)
     module = importlib.import_module(module_name)
+    from veracity.models.engine import EngineUnavailableError  # lazy, as above
+
     try:
-        module.main(rest)
+        result = module.main(rest)
     except input_errors() as error:  # one error path for every command: one line, exit code 2
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    return 0
+    except EngineUnavailableError as error:  # a job that cannot go on without its engine (a scorer, an evaluation)
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    return failed_items(result)
+
+
+def failed_items(result: object) -> int:
+    """Exit status 1 when a batch job ends with items whose last record is an error (``failed_items`` of its
+    summary: an engine that failed, an item that raised), with one line saying so; else 0."""
+    failed = result.get("failed_items") if isinstance(result, dict) else None
+    if not failed:
+        return 0
+    print(f"error: {failed} item(s) failed: their error records are in the output; `--retry_errors true` runs them "
+          "again", file=sys.stderr)
+    return 1
 
 
 def input_errors() -> tuple[type[BaseException], ...]:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import platform
 import subprocess
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import Enum
 from importlib import metadata
@@ -84,77 +87,93 @@ def to_plain(obj: Any) -> Any:
 
 
 def write_run_config(run_dir: str | Path, *configs: Any, job: str, models: dict[str, str] | None = None,
-                     resumes: str | Path | None = None, decoding: dict[str, Any] | None = None,
-                     device: str | None = None) -> Path:
+                     decoding: dict[str, Any] | None = None, device: str | None = None,
+                     resumed: bool = False) -> Path:
     """Create ``run_dir`` and write ``run_config.yaml`` (job, start time in UTC, configs, models, versions, git
     revision) before work.
 
     ``models`` names each model the records depend on by content (path + fingerprint). ``decoding`` says how the
-    generator decoded (``Engine.decoding``: whether constraints were enforced, the log-prob definition).
+    generator decoded (:func:`summarise_facts` of the records' own facts, or before any record ``Engine.decoding``).
     ``device`` is where the job's models run, resolved (``cpu``, ``cuda:0``; the config keeps ``--device`` as given).
-    ``resumes`` is the batch output a resumed run appends to: when it already holds records, the config and models
-    they were made under must be this run's (up to :data:`RESUMABLE_FIELDS`), else :class:`RunConfigMismatchError`
-    and nothing is written.
+    ``resumed``: this run appends to records an earlier run made, so ``started`` and ``git_revision`` stay that
+    run's and this one is added to ``resumes`` (when it started, its revision).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "run_config.yaml"
     config = [to_plain(c) for c in configs] if len(configs) != 1 else to_plain(configs[0])
-    if resumes is not None:
-        check_resume(run_dir / "run_config.yaml", Path(resumes), config, models or {})
-    if resumes is not None and decoding:
-        decoding = resumed_decoding(run_dir / "run_config.yaml", Path(resumes), decoding)
+    now = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "git_revision": git_revision()}
+    old = read_run_config(path, run_dir) if resumed else {}
+    first = {k: old[k] for k in ("started", "git_revision") if k in old} if old.get("started") else now
+    resumes = [*(old.get("resumes") or []), now] if old.get("started") else []
     record = {
         "job": job,
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),  # when the run began (report.html)
+        "started": first["started"],  # when the run began (report.html), kept across resumes
         "config": config,
         **({"models": models} if models else {}),
         **({"decoding": decoding} if decoding else {}),
         **({"device": device} if device else {}),
         "versions": {"python": platform.python_version(), **package_versions()},
-        "git_revision": git_revision(),
+        "git_revision": first.get("git_revision", ""),
+        **({"resumes": resumes} if resumes else {}),
         "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "VERACITY_DATA_ROOT") if k in os.environ},
     }
-    path = run_dir / "run_config.yaml"
     with atomic_writer(path) as handle:
         yaml.safe_dump(record, handle, sort_keys=False, allow_unicode=True)
     logger.info("run directory %s (config recorded)", run_dir)
     return path
 
 
-def resumed_decoding(record_path: Path, records: Path, decoding: dict[str, Any]) -> dict[str, Any]:
-    """``decoding`` of a run that appends to ``records``: constrained only if the records already there were too
-    (an engine starts each run hopeful; what an earlier run learned — a rejected schema — still holds of its
-    records)."""
-    if not (records.is_file() and records.stat().st_size and record_path.is_file()):
-        return decoding
-    try:
-        old = (yaml.safe_load(record_path.read_text(encoding="utf-8")) or {}).get("decoding") or {}
-    except (OSError, yaml.YAMLError):
-        return decoding
-    if old.get("constrained") is False and decoding.get("constrained"):
-        return {**decoding, "constrained": False}
-    return decoding
+MIXED = "mixed"
 
 
-def update_decoding(run_dir: str | Path, decoding: dict[str, Any] | None) -> bool:
-    """Rewrite ``run_config.yaml``'s ``decoding`` when the engine now says otherwise (it learned, from a server's
-    answer, that a constraint went unenforced); True when it changed. What the engine reports is sticky (once
-    unconstrained, always), so the record stays true of every answer of the run."""
+def summarise_facts(facts: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """One description of many records' facts (each record's ``decoding``; None: a record made without one): the
+    facts themselves when every record has the same; else each key the records agree on with its value, the others
+    :data:`MIXED`, and under ``mixed`` each combination of the keys that differ with its number of records (most
+    first). None when no record has facts."""
+    return summarise_counts(Counter(json.dumps(dict(f), sort_keys=True) for f in facts if f))
+
+
+def summarise_counts(groups: Counter[str]) -> dict[str, Any] | None:
+    """:func:`summarise_facts` of records counted by their facts as JSON (``{json.dumps(facts): records}``)."""
+    if not groups:
+        return None
+    found = [json.loads(key) for key in groups]
+    if len(found) == 1:
+        return found[0]
+    keys = list(dict.fromkeys(k for f in found for k in f))
+    differ = [k for k in keys if len({json.dumps(f.get(k)) for f in found}) > 1]
+    summary: dict[str, Any] = {k: MIXED if k in differ else found[0][k] for k in keys}
+    summary[MIXED] = [{**{k: f.get(k) for k in differ}, "records": n}
+                      for f, n in sorted(zip(found, groups.values(), strict=True), key=lambda fn: -fn[1])]
+    return summary
+
+
+def summarise_devices(counts: Mapping[str, int]) -> str | None:
+    """Where records were made (``{device: records}``): the device when all agree, else ``mixed: cpu × 2, cuda:0 ×
+    1``; None when no record says."""
+    counts = Counter({d: n for d, n in counts.items() if d and n > 0})
+    if len(counts) <= 1:
+        return next(iter(counts), None)
+    return f"{MIXED}: " + ", ".join(f"{d} × {n}" for d, n in counts.most_common())
+
+
+def record_facts(run_dir: str | Path, *, decoding: dict[str, Any] | None = None, device: str | None = None) -> bool:
+    """Rewrite ``run_config.yaml``'s ``decoding`` and ``device`` (those given) with what the records now say
+    (:func:`summarise_facts`, :func:`summarise_devices`); True when that changed the file."""
     path = Path(run_dir) / "run_config.yaml"
-    if not decoding or not path.is_file():
+    if not path.is_file() or (decoding is None and device is None):
         return False
     record = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    old = record.get("decoding")
-    if old == decoding:
+    new = {**record, **({"decoding": decoding} if decoding is not None else {}),
+           **({"device": device} if device is not None else {})}
+    if new == record:
         return False
-    if old and old.get("constrained") is False and decoding.get("constrained"):
-        decoding = {**decoding, "constrained": False}  # never back to true within a run
-        if old == decoding:
-            return False
-    logger.warning("%s: decoding now %s (was %s): run_config.yaml rewritten", run_dir, decoding, old)
-    record["decoding"] = decoding
+    if decoding is not None and decoding != record.get("decoding"):
+        logger.info("%s: decoding of its records: %s (was %s)", run_dir, decoding, record.get("decoding"))
     with atomic_writer(path) as handle:
-        yaml.safe_dump(record, handle, sort_keys=False, allow_unicode=True)
+        yaml.safe_dump(new, handle, sort_keys=False, allow_unicode=True)
     return True
 
 

@@ -49,10 +49,10 @@ from veracity.infer.eval.averitec_score import (
 from veracity.infer.eval.ev2r import Ev2RSettings, aggregate_ev2r, score_claims
 from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
-from veracity.models.engine import EngineConfig
+from veracity.models.engine import DecodingTally, EngineConfig
 from veracity.models.engine_factory import make_engine
 from veracity.models.nltk_data import ensure_nltk_data
-from veracity.rundir import update_decoding, write_run_config
+from veracity.rundir import record_facts, summarise_facts, write_run_config
 
 logger = logging.getLogger(__name__)
 
@@ -233,15 +233,15 @@ def evaluate_ev2r(gold: dict[str, ClaimRecord], predictions: dict[str, ClaimReco
         claim_text = record.claim or (pred.claim if pred else "")
         claims.append((claim_id, claim_text, record.label, record.pairs, pred.label if pred else None,
                        pred.pairs if pred else []))
-    engine = make_engine(engine_config)
     kinds = ["json_schema"] if settings.ev2r_constrained else []
+    engine = DecodingTally(make_engine(engine_config), kinds)  # counts what each answer was made under
     try:
         if run_dir is not None:
-            update_decoding(run_dir, engine.decoding(kinds))
+            record_facts(run_dir, decoding=engine.decoding(kinds))  # what the judge expects, before work
         scored = score_claims(engine, claims, settings)
     finally:
         if run_dir is not None:
-            update_decoding(run_dir, engine.decoding(kinds))
+            record_facts(run_dir, decoding=summarise_facts(engine.facts) or engine.decoding(kinds))
         engine.close()
     by_id = {row["id"]: row for row in rows}
     for claim in scored:

@@ -19,7 +19,7 @@ from typing import Any
 
 from veracity.data_prep.text import normalize_space
 from veracity.infer.structured import choice_budget
-from veracity.models.engine import Engine, GenerationRequest, answer_budget
+from veracity.models.engine import UNAVAILABLE, Engine, GenerationRequest, answer_budget
 
 DEFAULT_JUDGE_PROMPT = (
     "Evidence: {evidence}\n\n"
@@ -68,6 +68,16 @@ class Verdict:
     supported: bool
     answer: str
     error: str | None = None
+    constrained: bool | None = None  # whether the engine held the answer to the choice (its result's ``constrained``)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def unavailable(self) -> bool:
+        """The engine made no answer (``models.engine.UNAVAILABLE``): not a judgement at all."""
+        return (self.error or "").startswith(UNAVAILABLE)
 
     def to_dict(self) -> dict[str, Any]:
         return {"supported": self.supported, "answer": self.answer, **({"error": self.error} if self.error else {})}
@@ -123,7 +133,7 @@ class Judge:
             self.stats.cached += bool(result.cached)
             if not result.ok or not result.candidates:
                 self.stats.errors += 1
-                by_pair[pair] = Verdict(False, "", result.error or "no_candidate")
+                by_pair[pair] = Verdict(False, "", result.error or "no_candidate", result.constrained)
                 continue
             answer = result.candidates[0].text
             supported = parse_verdict(answer)
@@ -133,7 +143,7 @@ class Judge:
                 self.stats.yes += 1
             else:
                 self.stats.no += 1
-            by_pair[pair] = Verdict(bool(supported), answer.strip())
+            by_pair[pair] = Verdict(bool(supported), answer.strip(), constrained=result.constrained)
         return [by_pair[pair] for pair in pairs]
 
 

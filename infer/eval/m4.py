@@ -62,10 +62,10 @@ from veracity.data_prep.text import split_sentences
 from veracity.infer.eval.citation_judge import DEFAULT_JUDGE_PROMPT, Judge, NLIJudge, check_prompt
 from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
-from veracity.models.engine import EngineConfig
+from veracity.models.engine import DecodingTally, EngineConfig
 from veracity.models.engine_factory import make_engine
 from veracity.models.nli import NLIVerifier
-from veracity.rundir import update_decoding, write_run_config
+from veracity.rundir import record_facts, summarise_facts, write_run_config
 
 logger = logging.getLogger(__name__)
 METRIC_KEYS = ("m4", "entailment", "citation_recall", "citation_precision", "coverage", "n")
@@ -288,18 +288,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out = Path(config.output_dir)
     write_run_config(out, config, engine_config, job="eval m4", device=resolve_device(engine_config.device))
     verifier = NLIVerifier(config.nli_model, config.nli_batch_size, device=engine_config.device)
-    engine = make_engine(engine_config) if config.judge == "llm" else None
+    kinds = ["choice"] if config.constrained else []
+    # the judge's answers counted by what they were made under (a replayed answer: what it was made under then)
+    engine = DecodingTally(make_engine(engine_config), kinds) if config.judge == "llm" else None
     judge: Any = (Judge(engine, config.judge_prompt, config.judge_max_new_tokens, config.judge_max_evidence_chars,
                         constrained=config.constrained)
                   if engine is not None else NLIJudge(verifier, config.judge_nli_threshold,
                                                       config.judge_max_evidence_chars))
     if engine is not None:
-        update_decoding(out, engine.decoding(["choice"] if config.constrained else []))  # the judge's, before work
+        record_facts(out, decoding=engine.decoding(kinds))  # what the judge expects, before work
     try:
         rows = score_items(items, articles, judge, verifier.predict, config.chunk_sentences)
     finally:
-        if engine is not None:  # and what it learned from the server while judging (a rejected constraint)
-            update_decoding(out, engine.decoding(["choice"] if config.constrained else []))
+        if engine is not None:  # then what its answers were made under
+            record_facts(out, decoding=summarise_facts(engine.facts) or engine.decoding(kinds))
             engine.close()
     metrics = corpus_metrics(rows)
     known = {i.id for i in items}

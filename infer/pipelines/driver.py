@@ -50,10 +50,9 @@ from veracity.infer.batch import (
 from veracity.infer.executors import ExecutorConfig, run_on_ray  # ray itself: imported in run_on_ray
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
 from veracity.infer.report_html import write_report_html
-from veracity.infer.run_folder import claim_folder, other_runs, summary_file
+from veracity.infer.run_folder import RecordFacts, claim_folder, other_runs, summary_file
 from veracity.io import write_json
 from veracity.models.loading import deferred_loading
-from veracity.rundir import update_decoding
 
 logger = logging.getLogger(__name__)
 
@@ -77,28 +76,35 @@ def layout_records(run_dir: Path, stem: str, shard: tuple[int, int], ids: Sequen
     return [latest[i] for i in ids if i in latest]
 
 
-def claim(pipeline: Pipeline, run_dir: Path, shard: tuple[int, int], loaded: bool) -> None:
+def claim(pipeline: Pipeline, run_dir: Path, shard: tuple[int, int], loaded: bool,
+          facts: RecordFacts | None = None) -> None:
     """The run's claim on its folder (:func:`veracity.infer.run_folder.claim_folder`): before loading, a check with
-    the models the pipeline names from its options; once loaded, the check with all of them and ``run_config.yaml``."""
+    the models the pipeline names from its options; once loaded, the check with all of them and ``run_config.yaml``,
+    whose decoding and device describe the records already there (``facts``), or before any what this run expects."""
+    decoding = device = None
+    if loaded:
+        decoding = (facts.decoding() if facts else None) or pipeline.decoding()
+        device = (facts.device() if facts else None) or pipeline.device()
     claim_folder(run_dir, pipeline.records_stem, shard, [*pipeline.configs, *pipeline.record_extras()],
-                 job=f"infer {pipeline.name}", models=pipeline.model_ids(),
-                 decoding=pipeline.decoding() if loaded else None, record=loaded, partial=not loaded,
-                 device=pipeline.device() if loaded else None)
+                 job=f"infer {pipeline.name}", models=pipeline.model_ids(), decoding=decoding, record=loaded,
+                 partial=not loaded, device=device)
 
 
 def run_batches(pipeline: Pipeline, items: list[Item], output: Path, run_dir: Path, shard: tuple[int, int],
-                executor: ExecutorConfig) -> tuple[BatchSummary, dict[str, Any]]:
-    """The batches of a loaded and prepared pipeline, by ``executor``: the summary and the pipeline's stats."""
+                executor: ExecutorConfig, facts: RecordFacts) -> tuple[BatchSummary, dict[str, Any]]:
+    """The batches of a loaded and prepared pipeline, by ``executor``: the summary and the pipeline's stats. Each
+    record is stamped with the device of the process that made it; ``facts`` counts every batch written."""
     config = pipeline.config
     if executor.executor == "local":
-        summary = run_batch(items, decoding_watched(pipeline, run_dir), output, shard=shard,
-                            batch_size=pipeline.batch_size, progress=config.progress,
-                            retry_errors=config.retry_errors, take_lock=False, error_fields=pipeline.error_fields)
+        summary = run_batch(items, pipeline, output, shard=shard, batch_size=pipeline.batch_size,
+                            progress=config.progress, retry_errors=config.retry_errors, take_lock=False,
+                            error_fields=pipeline.error_fields, stamp={"device": pipeline.device()},
+                            observe=facts.observe)
         return summary, pipeline.stats()
     models = pipeline.model_ids()  # what run_config.yaml records: each actor's must match
     pipeline.close()  # the actors load their own copies; what the driver loaded would only hold memory
     return run_on_ray(pipeline, items, output, run_dir, shard=shard, retry_errors=config.retry_errors,
-                      progress=config.progress, config=executor, models=models)
+                      progress=config.progress, config=executor, models=models, observe=facts.observe)
 
 
 def check_one_ray(folder: Path, stem: str, output: Path, shard: tuple[int, int], executor: ExecutorConfig) -> None:
@@ -114,24 +120,6 @@ def check_one_ray(folder: Path, stem: str, output: Path, shard: tuple[int, int],
             f"{folder}: {', '.join(running)} is being written by a sibling shard run with its own Ray instance; "
             f"shard {shard[0]}/{shard[1]} would start a second one on this machine. Start one (`ray start --head`) "
             "and give every shard --ray_address auto, or run one driver without --shard and with --workers K")
-
-
-def decoding_watched(pipeline: Pipeline, run_dir: Path) -> Callable[[Sequence[Item]], list[Any]]:
-    """``pipeline`` as a batch function that, after each batch, rewrites the run record's ``decoding`` when the
-    engine learned otherwise (a server that rejected the schema: ``constrained: false`` from then on). Ray actors'
-    engines learn in their own processes: not seen here."""
-    recorded = [pipeline.decoding()]
-
-    def process(batch: Sequence[Item]) -> list[Any]:
-        try:
-            return pipeline(batch)
-        finally:
-            now = pipeline.decoding()
-            if now != recorded[0]:
-                update_decoding(run_dir, now)
-                recorded[0] = now
-
-    return process
 
 
 def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> dict[str, Any]:
@@ -166,9 +154,13 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
                 with deferred_loading() if executor.executor == "ray" else nullcontext():
                     pipeline.load(out)
                     load_seconds = time.perf_counter() - start
-                    claim(pipeline, out, shard, loaded=True)
+                    made_under = RecordFacts(out, pipeline.records_stem, shard)  # before the claim rewrites it
+                    claim(pipeline, out, shard, loaded=True, facts=made_under)
                     facts = pipeline.prepare(out)
-                summary, stats = run_batches(pipeline, items, output, out, shard, executor)
+                try:
+                    summary, stats = run_batches(pipeline, items, output, out, shard, executor, made_under)
+                finally:
+                    made_under.finish()
             finally:
                 pipeline.close()
             records = layout_records(out, pipeline.records_stem, shard, [str(item["id"]) for item in items])

@@ -39,7 +39,7 @@ from veracity.infer.structured import schema_text
 from veracity.io import write_json
 from veracity.models import engine as engines
 from veracity.models import engine_factory  # engine_factory.make_engine looked up at load time (tests replace it)
-from veracity.models.engine import EngineConfig, GenerationRequest, SamplingParams
+from veracity.models.engine import EngineConfig, GenerationRequest, SamplingParams, unavailable_error
 
 logger = logging.getLogger(__name__)
 Item = dict[str, Any]
@@ -111,7 +111,7 @@ class AICPipeline:
         prompt = self.tokenizer.apply_chat_template(item["_messages"], add_generation_prompt=True, tokenize=False)
         return GenerationRequest(prompt=prompt + self.answer_prefix, params=params)
 
-    def __call__(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+    def __call__(self, items: Sequence[Item]) -> list[dict[str, Any] | Exception]:
         items = [{**item, "_seconds": defaultdict(float)} for item in items]
         n = len(items)
         t0 = time.perf_counter()
@@ -127,7 +127,7 @@ class AICPipeline:
                                                 self.config.source_context_chars)
             item["_seconds"]["few_shot"] += time.perf_counter() - t
             item["_constraint"] = self._constraint(len(item["sources"]))
-            item["attempts"], item["_answer"] = [], None
+            item["attempts"], item["_answer"], item["_results"] = [], None, []
         pending = list(range(n))
         for attempt in range(self.config.parse_retries + 1):
             if not pending:
@@ -140,6 +140,7 @@ class AICPipeline:
             for k, request, result in zip(pending, requests, results, strict=True):
                 item = items[k]
                 item["_seconds"]["generation"] += share
+                item["_results"].append(result)
                 # json_schema: the request carried the answer schema (the engine enforces it where it can)
                 record = {"seed": request.params.seed, "temperature": request.params.temperature,
                           "json_schema": request.params.json_schema is not None,
@@ -147,8 +148,10 @@ class AICPipeline:
                 if not result.ok or not result.candidates:
                     record.update(text="", finish_reason=None, error=f"generation: {result.error or 'no candidate'}")
                     item["attempts"].append(record)
-                    if not (result.error or "").startswith("context_overflow"):
-                        still.append(k)  # a longer prompt will not fit on a retry either
+                    # a longer prompt will not fit on a retry either; an engine that failed is not a parse failure
+                    # to retry with other sampling: the claim is an error record, run again by --retry_errors
+                    if not ((result.error or "").startswith("context_overflow") or result.unavailable):
+                        still.append(k)
                     continue
                 candidate = result.candidates[0]
                 text = self.answer_prefix + candidate.text
@@ -162,7 +165,13 @@ class AICPipeline:
                 else:
                     item["_answer"] = answer
             pending = still
-        return [self._record(item) for item in items]
+        kinds = ["json_schema"] if self.config.constrains else []
+        out: list[dict[str, Any] | Exception] = []
+        for item in items:
+            record = self._record(item)  # its seconds counted either way
+            failed = unavailable_error(item["_results"]) if item["_answer"] is None else None
+            out.append(failed or {**record, "decoding": engines.record_decoding(self.engine, kinds, item["_results"])})
+        return out
 
     def _record(self, item: Item) -> dict[str, Any]:
         seconds = {stage: round(item["_seconds"][stage], 4) for stage in STAGES}
@@ -299,7 +308,7 @@ class AIC(Pipeline):
         self._build(self.config.knowledge_store or self._proxy_store(run_dir),
                     self._claims()[2] if self.config.few_shot > 0 else [])
 
-    def __call__(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+    def __call__(self, items: Sequence[Item]) -> list[dict[str, Any] | Exception]:
         assert self.models is not None, "prepare() first"
         return self.models(items)
 

@@ -8,7 +8,10 @@ candidate with its signals, features and confidence, the decision and why.
 
 Defined outcomes: a claim with no evidence is ``no_evidence`` (NOT ENOUGH INFO, abstained, no model call); an
 answer that does not parse stays in the record with its error and takes no part in the decision; when no
-candidate parses (and no NLI candidate competes) the outcome is ``no_parsable_candidate`` (abstained).
+candidate parses (and no NLI candidate competes) the outcome is ``no_parsable_candidate`` (abstained). An engine
+that made no answer (a server down, timeouts or 5xx through its retries) makes the claim an error record instead,
+run again by ``--retry_errors true``: a model that answered unparsably abstains, a missing answer does not. Each
+record keeps the decoding facts its candidates were made under (``decoding``: ``models.engine.record_decoding``).
 
 A calibrator fit on the generator's mean token log-probability (feature ``mean_logprob``) never scores a generator
 candidate without one (the engine gave none, an empty list or a non-finite value): the claim fails with
@@ -69,7 +72,13 @@ from veracity.infer.retrieval.index import build_index, load_index
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 from veracity.io import sha256_file
 from veracity.models.calibrator import CalibratorFeatureError, LogisticCalibrator, calibrator_file, logprob_definition
-from veracity.models.engine import EngineConfig, GenerationRequest, GenerationResult
+from veracity.models.engine import (
+    EngineConfig,
+    GenerationRequest,
+    GenerationResult,
+    record_decoding,
+    unavailable_error,
+)
 from veracity.models.engine_factory import make_engine
 from veracity.models.nli import NLIVerifier, verifier_id
 
@@ -315,13 +324,22 @@ class R2VCPipeline:
         engine = self.engine.identity if self.engine is not None else "(none: NLI-only)"
         records: list[dict[str, Any] | Exception] = []
         start = 0
+        kinds = ["json_schema"] if self.config.constrained else []
         for item, result in zip(items, results, strict=True):
             nli = probabilities[start : start + len(item["passages"])].reshape(-1, 3)
             start += len(item["passages"])
+            failed = unavailable_error([result])
+            if failed is not None:  # no answer was made: an error record, run again with --retry_errors
+                records.append(failed)
+                continue
             try:
-                records.append(decide(item, nli, result, self.config, self.settings, self.calibrator, engine))
+                record = decide(item, nli, result, self.config, self.settings, self.calibrator, engine)
             except CalibratorFeatureError as error:  # this claim only: re-running the batch would not change it
                 records.append(error)
+                continue
+            # what this claim's candidates were made under (None: no generator call)
+            record["decoding"] = record_decoding(self.engine, kinds, [result]) if result is not None else None
+            records.append(record)
         t4 = time.perf_counter()
         for stage, seconds in (("retrieval", t1 - t0), ("generation", t2 - t1), ("verifier", t3 - t2),
                                ("decision", t4 - t3)):

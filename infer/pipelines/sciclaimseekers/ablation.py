@@ -51,9 +51,10 @@ def llm_posts(config: SciClaimConfig, total: int) -> int:
 
 
 def ablation_rankings(pipeline: Any, config: SciClaimConfig, post: Post, stage: FirstStage,
-                      with_llm: bool) -> dict[str, list[str]]:
+                      with_llm: bool) -> tuple[dict[str, list[str]], dict[str, Any] | None]:
     """Each configuration's top ids for one post (the cross-encoder over each fusion's head: the paper reranks
-    RRF's, α-fusion's is the R2VC first stage; its RRF scores also fused back and interpolated, no new calls)."""
+    RRF's, α-fusion's is the R2VC first stage; its RRF scores also fused back and interpolated, no new calls), and
+    the decoding facts of the LLM rerank's answers (None without one)."""
     k, named = config.top_k, names(config)
     alpha_head = alpha_fusion(stage.sparse, stage.dense, config.alpha, config.fusion_depth)
     reranked = pipeline.cross_encoder_rerank(post, stage.fused)
@@ -64,9 +65,11 @@ def ablation_rankings(pipeline: Any, config: SciClaimConfig, post: Post, stage: 
     if "rrf_ce_interpolated" in named:
         rankings[named["rrf_ce_interpolated"]] = top_ids(interpolate(dict(reranked), stage, config), k)
     rankings[named["alpha_ce"]] = top_ids(pipeline.cross_encoder_rerank(post, alpha_head), k)
+    decoding = None
     if with_llm:
-        rankings[named["llm"]] = top_ids(pipeline.llm_rerank(post, stage.fused)[0], k)
-    return rankings
+        hits, _, decoding = pipeline.llm_rerank(post, stage.fused)
+        rankings[named["llm"]] = top_ids(hits, k)
+    return rankings, decoding
 
 
 def ablation_table(config: SciClaimConfig, records: Sequence[dict[str, Any]], out: Path | None = None

@@ -48,7 +48,13 @@ from veracity.infer.retrieval.index import IndexMismatchError, IndexSettings, bu
 from veracity.infer.retrieval.rerank import CrossEncoderReranker, reranker_id
 from veracity.infer.retrieval.searcher import Searcher, SearchSettings
 from veracity.io import atomic_writer, write_json
-from veracity.models.engine import EngineConfig, GenerationRequest
+from veracity.models.engine import (
+    EngineConfig,
+    EngineUnavailableError,
+    GenerationRequest,
+    record_decoding,
+    unavailable_error,
+)
 from veracity.models.engine_factory import make_engine
 
 logger = logging.getLogger(__name__)
@@ -125,8 +131,13 @@ class SciClaimPipeline:
         return [FirstStage(s, d, reciprocal_rank_fusion([s, d], c.rrf_k, c.fusion_depth))
                 for s, d in zip(sparse, dense, strict=True)]
 
-    def llm_rerank(self, post: Post, fused: Hits) -> tuple[Hits, list[dict[str, Any]]]:
-        """Score every candidate 0–10 in one engine call; returns the new order and one answer record each."""
+    def llm_rerank(self, post: Post, fused: Hits) -> tuple[Hits, list[dict[str, Any]], dict[str, Any]]:
+        """Score every candidate 0–10 in one engine call; returns the new order, one answer record each and the
+        decoding facts the answers were made under (``record_decoding``).
+
+        Raises:
+            EngineUnavailableError: the engine made no answer for some candidate (the post is an error record).
+        """
         if self.engine is None:
             raise RuntimeError("the pipeline was built without the LLM reranker")
         c = self.config
@@ -139,6 +150,9 @@ class SciClaimPipeline:
         start = time.perf_counter()
         results = self.engine.generate(requests) if requests else []
         self.llm_stats.seconds += time.perf_counter() - start
+        failed = unavailable_error(results)
+        if failed is not None:
+            raise failed
         answers, scores = [], []
         for (doc, rrf), result in zip(fused, results, strict=True):
             text = result.candidates[0].text if result.candidates else ""
@@ -150,7 +164,8 @@ class SciClaimPipeline:
             answers.append({"doc_id": doc, "rrf": round(rrf, 6), "answer": text, "score": score, "error": error})
         self.llm_stats.pairs += len(requests)
         self.llm_stats.posts += 1
-        return order_by_llm_scores(fused, scores), answers
+        decoding = record_decoding(self.engine, ["regex"] if constraint else [], results)
+        return order_by_llm_scores(fused, scores), answers, decoding
 
     def cross_encoder_rerank(self, post: Post, fused: Hits) -> Hits:
         """Cross-encoder scores of (post, "title. abstract") for every candidate, best first."""
@@ -188,9 +203,9 @@ def rerank_record(pipeline: SciClaimPipeline, config: SciClaimConfig, post: Post
                   ) -> dict[str, Any]:
     """The configured reranker over one post: its record (both retrievers' heads, the RRF candidates with scores,
     every LLM answer or cross-encoder score, the final ranking)."""
-    answers, scores = None, {}
+    answers, scores, decoding = None, {}, None
     if config.reranker == "llm":
-        final, answers = pipeline.llm_rerank(post, stage.fused)
+        final, answers, decoding = pipeline.llm_rerank(post, stage.fused)
         scores = {a["doc_id"]: a["score"] for a in answers if a["score"] is not None}
     elif config.reranker == "cross_encoder":
         final = pipeline.cross_encoder_rerank(post, stage.fused)
@@ -207,7 +222,7 @@ def rerank_record(pipeline: SciClaimPipeline, config: SciClaimConfig, post: Post
             "rrf": [[d, round(s, 6)] for d, s in stage.fused], "llm_answers": answers,
             "cross_encoder_scores": {d: round(v, 4) for d, v in scores.items()}
             if config.reranker == "cross_encoder" else None,
-            "ranking": [[d, round(s, 6)] for d, s in final[: config.top_k]]}
+            "ranking": [[d, round(s, 6)] for d, s in final[: config.top_k]], "decoding": decoding}
 
 
 class SciClaim(Pipeline):
@@ -286,20 +301,25 @@ class SciClaim(Pipeline):
         engine = self.models.engine if self.models is not None else None
         return engine.decoding(["regex"] if self.config.constrained else []) if engine is not None else None
 
-    def __call__(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def __call__(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any] | Exception]:
         assert self.models is not None, "load() first"
         posts = [Post(item["id"], item["text"], list(item.get("gold") or [])) for item in items]
         start = time.perf_counter()
         stages = self.models.first_stage(posts)
         middle = time.perf_counter()
-        if self.config.ablation:
-            n_llm = llm_posts(self.config, len(self.posts) or len(items))
-            records = [{"post_id": post.post_id, "gold": post.gold,
-                        "rankings": ablation_rankings(self.models, self.config, post, stage, item["position"] < n_llm)}
-                       for item, post, stage in zip(items, posts, stages, strict=True)]
-        else:
-            records = [rerank_record(self.models, self.config, post, stage)
-                       for post, stage in zip(posts, stages, strict=True)]
+        n_llm = llm_posts(self.config, len(self.posts) or len(items)) if self.config.ablation else 0
+        records: list[dict[str, Any] | Exception] = []
+        for item, post, stage in zip(items, posts, stages, strict=True):
+            try:  # a post the engine made no answer for fails alone
+                if self.config.ablation:
+                    rankings, decoding = ablation_rankings(self.models, self.config, post, stage,
+                                                           item["position"] < n_llm)
+                    records.append({"post_id": post.post_id, "gold": post.gold, "rankings": rankings,
+                                    "decoding": decoding})
+                else:
+                    records.append(rerank_record(self.models, self.config, post, stage))
+            except EngineUnavailableError as error:
+                records.append(error)
         self.seconds["first_stage"] += middle - start
         self.seconds["rerank"] += time.perf_counter() - middle
         return records

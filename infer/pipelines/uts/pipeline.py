@@ -33,7 +33,7 @@ from veracity.infer.pipelines.uts.report import report_item
 from veracity.infer.pipelines.uts.shadowval import CiteSlot, JudgeFn, shadow_validate
 from veracity.io import write_jsonl
 from veracity.models import engine_factory  # engine_factory.make_engine looked up at load time (tests replace it)
-from veracity.models.engine import EngineConfig
+from veracity.models.engine import EngineConfig, record_decoding, unavailable_error
 from veracity.models.nli import NLIVerifier
 
 logger = logging.getLogger(__name__)
@@ -77,14 +77,23 @@ class UTSPipeline:
             self.judge = Judge(self.engine, config.judge_prompt, config.judge_max_new_tokens,
                                config.judge_max_evidence_chars, constrained=config.constrained)
 
-    def __call__(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def __call__(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any] | Exception]:
+        """One article record per row, with the decoding facts of its LLM judgements (``decoding``; None without an
+        LLM judge); a row whose judge engine made no answer is its error (an error record, retried on request)."""
         items = [schema_item(row, "items", k) for k, row in enumerate(rows, start=1)]
         slots = [cite_slots(item, self.config) for item in items]
         if self.config.shadowval:
             assert self.judge is not None
             shadow_validate([s for group in slots for s in group], self.judge, self.config.max_tries,
                             self.config.selective_emission)
-        return [draft_record(item, group, self.config) for item, group in zip(items, slots, strict=True)]
+        kinds = ["choice"] if self.config.constrained else []
+        out: list[dict[str, Any] | Exception] = []
+        for item, group in zip(items, slots, strict=True):
+            verdicts = [v for slot in group for v in slot.verdicts]
+            failed = unavailable_error(verdicts)
+            decoding = record_decoding(self.engine, kinds, verdicts) if self.engine is not None and verdicts else None
+            out.append(failed or {**draft_record(item, group, self.config), "decoding": decoding})
+        return out
 
     def close(self) -> None:
         if self.engine is not None:
@@ -140,7 +149,7 @@ class UTS(Pipeline):
         engine = self.models.engine if self.models else None
         return engine.decoding(["choice"] if self.config.constrained else []) if engine is not None else None
 
-    def __call__(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def __call__(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any] | Exception]:
         assert self.models is not None, "load() first"
         start = time.perf_counter()
         records = self.models(items)

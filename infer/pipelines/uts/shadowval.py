@@ -31,6 +31,7 @@ class CiteSlot:
     candidates: list[AnchorCandidate]
     info: dict[str, Any] = field(default_factory=dict)
     tries: list[dict[str, Any]] = field(default_factory=list)
+    verdicts: list[Any] = field(default_factory=list, repr=False)  # the judge's Verdicts behind ``tries``
     chosen: int | None = 0  # index into candidates; None: no cite for this URL
     outcome: str = "stub"  # stub | accepted | fallback | dropped | no_candidate
 
@@ -59,6 +60,7 @@ def shadow_validate(slots: Sequence[CiteSlot], judge: JudgeFn, max_tries: int, s
         pending = []
         for slot, verdict in zip(asking, verdicts, strict=True):
             slot.tries.append({"candidate": round_index, **verdict.to_dict()})
+            slot.verdicts.append(verdict)
             if verdict.supported:
                 slot.chosen, slot.outcome = round_index, "accepted"
             else:
