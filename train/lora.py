@@ -53,35 +53,63 @@ class TrainScriptArgs:
 
 
 def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
-    """A dry run parses GPU recipes on any machine: bf16 is read from the recipe (its ``base`` chain resolved),
-    then switched off for parsing (TrainingArguments refuses bf16 without a GPU). Returns the argv to parse and
-    whether the recipe is half precision."""
+    """A dry run parses GPU recipes on any machine: bf16 / fp16 training is read from the recipe (its ``base`` chain
+    resolved) and the command line, then switched off for parsing (TrainingArguments refuses bf16 without a GPU).
+    Returns the argv to parse and whether training is half precision (the adapters, gradients and activations)."""
     from transformers.hf_argparser import string_to_bool  # lazy: seconds to import (as below)
 
     args = list(sys.argv[1:] if argv is None else argv)
     peek = argparse.ArgumentParser(add_help=False)
     peek.add_argument("--dry_run", type=string_to_bool, nargs="?", const=True, default=False)
     peek.add_argument("--config")
+    for flag in ("--bf16", "--fp16"):
+        peek.add_argument(flag, type=string_to_bool, nargs="?", const=True, default=None)
     known, _ = peek.parse_known_args(args)
     if not known.dry_run:
         return (None if argv is None else args), False
     recipe = load_config_values(known.config) if known.config else {}
-    half = bool(recipe.get("bf16")) or recipe.get("dtype") in ("bfloat16", "float16")
-    return args + ["--bf16", "false", "--use_cpu", "true"], half
+    half = any(bool(recipe.get(name)) if given is None else given
+               for name, given in (("bf16", known.bf16), ("fp16", known.fp16)))
+    return args + ["--bf16", "false", "--fp16", "false", "--use_cpu", "true"], half
+
+
+# bytes per parameter of the weights as the loader gets them (model_init_kwargs' dtype)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def loaded_weight_bytes(model_args: Any, config: Any) -> tuple[float, float | None, str]:
+    """(bytes per frozen parameter, bytes per quantized linear parameter or None, a description) of the weights as
+    the trainer's loader gets them: the recipe's and the command line's ``dtype`` (none: float32, as TRL loads a
+    model by path; ``auto``: the architecture's own) and ``load_in_4bit`` / ``load_in_8bit``."""
+    dtype = model_init_kwargs(model_args)["dtype"]
+    if dtype == "auto":
+        dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    dtype = dtype.removeprefix("torch.")
+    if dtype not in DTYPE_BYTES:
+        raise InputError(f"--dtype {dtype}: the dry run knows {sorted(DTYPE_BYTES)} and auto")
+    if model_args.load_in_4bit:
+        return DTYPE_BYTES[dtype], 0.5, f"{dtype}, linear layers 4-bit"
+    if model_args.load_in_8bit:
+        return DTYPE_BYTES[dtype], 1.0, f"{dtype}, linear layers 8-bit"
+    return DTYPE_BYTES[dtype], None, dtype
 
 
 def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, half: bool) -> Any:
-    architecture = script.architecture or model_args.model_name_or_path
+    from veracity.train.memory import load_architecture
+
+    architecture = script.architecture or model_args.model_name_or_path or "embedded"
+    weight_bytes, quantized, weights = loaded_weight_bytes(model_args, load_architecture(architecture))
     # DPO runs a preference pair's chosen and rejected answers as two rows of one batch
     batch = training_args.per_device_train_batch_size * (2 if type(training_args).__name__ == "DPOConfig" else 1)
     estimate = dry_run(architecture, model_args.lora_target_modules or "all-linear", model_args.lora_r,
                        model_args.lora_alpha, batch, training_args.max_length or 1024,
                        bool(training_args.gradient_checkpointing), dtype_bytes=2 if half else 4,
-                       lora_dropout=model_args.lora_dropout)
-    print(f"dry run: {architecture}, LoRA r={model_args.lora_r} on {model_args.lora_target_modules}, "
-          f"batch {batch} rows x {training_args.max_length} tokens, gradient checkpointing "
-          f"{bool(training_args.gradient_checkpointing)}")
-    print("counts: weights in the recipe's dtype, the adapters and their gradients, AdamW's fp32 states, and the "
+                       lora_dropout=model_args.lora_dropout, weight_bytes=weight_bytes, quantized_bytes=quantized)
+    print(f"dry run: {architecture}, weights in {weights}, LoRA r={model_args.lora_r} on "
+          f"{model_args.lora_target_modules}, batch {batch} rows x {training_args.max_length} tokens, gradient "
+          f"checkpointing {bool(training_args.gradient_checkpointing)}, {'half' if half else 'full'} precision "
+          "training")
+    print("counts: weights as the loader gets them, the adapters and their gradients, AdamW's fp32 states, and the "
           "activations of one micro-batch with every row max_length tokens long (packed rows are; padded batches of "
           "shorter records use less) and fp32 logits; not the CUDA context or allocator slack (≈ 1-3 GiB)")
     print(estimate.peft_line())

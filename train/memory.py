@@ -1,8 +1,11 @@
 """Dry runs: build a recipe's model on the meta device, attach its LoRA, and estimate training memory.
 
-No weights and no GPU: the architecture comes from a shipped config (``models/model_configs/``) or the model
-folder's ``config.json``. The estimate (per GPU, no sharding) adds:
-- weights: all parameters in the training dtype;
+No weights, no GPU and no network: the architecture comes from a shipped config (``models/model_configs/``), a
+folder's or file's ``config.json``, a model role (``embedded``: the local embedded model, as every loader resolves
+it) or a hub id already in the local cache. The estimate (per GPU, no sharding) adds:
+- weights: the frozen parameters in the dtype the loader gets (``--dtype``; none is float32, as TRL loads a model
+  by path), the linear layers at 4 or 8 bits under ``--load_in_4bit`` / ``--load_in_8bit`` (bitsandbytes leaves
+  the embeddings, norms and ``lm_head`` in the loader's dtype);
 - adapters + their gradients: trainable parameters, in the training dtype;
 - optimizer: AdamW keeps an fp32 master copy and two fp32 moments per trainable parameter (12 bytes);
 - activations: with gradient checkpointing, one hidden state per layer plus one layer's full activations;
@@ -111,8 +114,17 @@ def activation_bytes(config: object, batch: int, seq: int, checkpointing: bool, 
 
 
 def load_architecture(model: str | Path) -> object:
-    """A transformers config from a shipped name (``llama31_8b``), a folder or a config.json."""
+    """A transformers config from a shipped name (``llama31_8b``), a folder or a config.json, a chat model role
+    (``embedded``, ``embedded:<variant>``, ``real``) or a hub id whose config is in the local cache — never from the
+    network.
+
+    Raises:
+        InputError: a name none of these resolve (one ``error:`` line on the command line).
+    """
     from transformers import AutoConfig  # lazy here and below: seconds to import
+
+    from veracity.data_prep.errors import InputError
+    from veracity.models.registry import EMBEDDED, REAL, ROLES, resolve_model
 
     path = Path(model)
     shipped = SHIPPED / f"{model}.json"
@@ -123,12 +135,27 @@ def load_architecture(model: str | Path) -> object:
         data.pop("_comment", None)
         model_type = data.pop("model_type")
         return AutoConfig.for_model(model_type, **data)
-    return AutoConfig.from_pretrained(path)
+    name = str(model)
+    if path.is_dir() or name == EMBEDDED or name.startswith(f"{EMBEDDED}:"):
+        return AutoConfig.from_pretrained(resolve_model("chat_lm", name) if not path.is_dir() else path)
+    hub_id = ROLES["chat_lm"].real_scale if name == REAL else name
+    try:
+        return AutoConfig.from_pretrained(hub_id, local_files_only=True)
+    except (OSError, ValueError):
+        raise InputError(
+            f"--dry_run: no local config for {name!r} (not a shipped architecture, folder, config.json or model "
+            f"role, nor a hub id in the local cache; the dry run never downloads). Give --architecture one of "
+            f"{sorted(p.stem for p in SHIPPED.glob('*.json'))}, a folder or a config.json") from None
 
 
 def dry_run(architecture: str | Path, targets: list[str] | str, rank: int, alpha: int, batch: int, seq: int,
-            checkpointing: bool, dtype_bytes: int = 2, lora_dropout: float = 0.0) -> MemoryEstimate:
-    """Build on the meta device, attach LoRA, count, estimate. Raises if LoRA matches no module."""
+            checkpointing: bool, dtype_bytes: int = 2, lora_dropout: float = 0.0, weight_bytes: float | None = None,
+            quantized_bytes: float | None = None) -> MemoryEstimate:
+    """Build on the meta device, attach LoRA, count, estimate. Raises if LoRA matches no module.
+
+    ``dtype_bytes``: the adapters', their gradients' and the activations' (2 under bf16/fp16 training);
+    ``weight_bytes``: the frozen weights' as loaded (default ``dtype_bytes``); ``quantized_bytes``: a quantized
+    linear layer's weights per parameter (0.5 for 4-bit, 1 for 8-bit; ``lm_head`` stays at ``weight_bytes``)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -141,10 +168,16 @@ def dry_run(architecture: str | Path, targets: list[str] | str, rank: int, alpha
     trainable, total = peft_model.get_nb_trainable_parameters()  # counted as PEFT counts them
     if trainable == 0:
         raise ValueError(f"LoRA targets {targets} match no module of this architecture")
+    frozen = total - trainable
+    weights = frozen * (weight_bytes or dtype_bytes)
+    if quantized_bytes is not None:  # bitsandbytes quantizes the base linear layers, lm_head aside
+        linear = sum(m.weight.numel() for name, m in peft_model.named_modules()  # each adapter's base_layer too
+                     if isinstance(m, torch.nn.Linear) and "lm_head" not in name and "lora_" not in name)
+        weights -= linear * ((weight_bytes or dtype_bytes) - quantized_bytes)
     return MemoryEstimate(
         total_params=total,
         trainable_params=trainable,
-        weights_gib=(total - trainable) * dtype_bytes / GIB,
+        weights_gib=weights / GIB,
         adapters_gib=2 * trainable * dtype_bytes / GIB,
         optimizer_gib=12 * trainable / GIB,
         activations_gib=activation_bytes(config, batch, seq, checkpointing, dtype_bytes, targets, lora_dropout) / GIB,
