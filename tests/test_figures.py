@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import yaml
-from test_docs import PAGES, anchors, prose_lines, rel
+from test_docs import PAGES, anchors, github_slug, prose_lines, rel
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = REPO / "docs" / "figures.yaml"
@@ -97,3 +97,70 @@ def test_the_figure_check_catches_what_it_is_for(tmp_path: Path) -> None:
     assert "two.md:1: fig:nothing is not in docs/figures.yaml" in found
     assert any("spread is marked 1 time(s)" in p for p in found)
     assert any("train is not marked on its source page docs/results.md" in p for p in found)
+
+
+# --- every figure the README quotes comes from a measured section that names its command --------------------------
+
+# A figure: a decimal number, or a whole number with a unit (97 s, 25 min, 2.1 GiB, 3×, 2.5%).
+FIGURE = re.compile(r"(?<![\w.±])(\d[\d,]*\.\d+|\d[\d,]*(?=\s?(?:min|s|ms|GiB|MiB|h|×|%)(?!\w)))")
+NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+# What names a section's command: a fenced shell block, or a command in inline code.
+COMMAND = re.compile(r"```(?:bash|sh)\n|`(?:[A-Z_]+=\S+ )*"
+                     r"(?:veracity |bash scripts/|python |\.venv/bin/(?:python|veracity) )")
+
+
+def sections(page: Path) -> list[tuple[str, str]]:
+    """``(anchor, text)`` of each heading's section of a page (the text before the first heading: anchor "")."""
+    found, anchor, lines, fence = [], "", [], False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        fence = fence != line.startswith("```")
+        heading = re.match(r"^#{1,6}\s+(.*?)\s*$", line)
+        if heading and not fence:
+            found.append((anchor, "\n".join(lines)))
+            anchor, lines = github_slug(heading.group(1)), []
+        lines.append(line)
+    return [*found, (anchor, "\n".join(lines))]
+
+
+def measured_sections(pages: list[Path]) -> list[tuple[str, set[float]]]:
+    """``(page#anchor, the numbers in it)`` of every section of ``pages`` that names its command."""
+    return [(f"{rel(page)}#{anchor}", {float(n.replace(",", "")) for n in NUMBER.findall(text)})
+            for page in pages for anchor, text in sections(page) if COMMAND.search(text)]
+
+
+def untraced_figures(page: Path, measured: list[tuple[str, set[float]]]) -> list[str]:
+    """The figures of ``page``'s prose and tables (outside code, links and figure marks) that no measured section
+    holds, to the figure's own precision (the README rounds 2.37–2.58 to 2.4–2.6)."""
+    missing = []
+    for number, line in prose_lines(page.read_text(encoding="utf-8")):
+        text = re.sub(r"`[^`]*`|\]\([^)]*\)|<!-- fig:[\w.-]+ -->\s*[0-9][0-9.,–]*", " ", line)
+        for token in FIGURE.findall(text):
+            value, places = float(token.replace(",", "")), len(token.partition(".")[2])
+            if not any(round(y, places) == value for _, numbers in measured for y in numbers):
+                missing.append(f"{rel(page)}:{number}: {token}")
+    return missing
+
+
+def test_every_figure_the_readme_quotes_comes_from_a_section_that_names_its_command() -> None:
+    """A README figure is one of a docs section that names the command producing it (results.md, scale.md, …): a
+    marked one through docs/figures.yaml's source, which must name its command and hold the value; any other by
+    value in such a section."""
+    docs = [page for page in PAGES if page.name != "README.md"]
+    measured = measured_sections(docs)
+    problems = untraced_figures(REPO / "README.md", measured)
+    for name, entry in load_figures().items():
+        page, _, anchor = entry["source"].partition("#")
+        section = dict(sections(REPO / page)).get(anchor, "")
+        if not COMMAND.search(section):
+            problems.append(f"docs/figures.yaml: {name}: its source {entry['source']} names no command")
+        if entry["value"] not in section:
+            problems.append(f"docs/figures.yaml: {name}: its source {entry['source']} does not hold {entry['value']}")
+    assert not problems, "figures without the command that measured them:\n" + "\n".join(problems)
+
+
+def test_the_readme_figure_check_catches_what_it_is_for(tmp_path: Path) -> None:
+    measured = measured_sections([REPO / "docs" / "scale.md"])
+    readme = tmp_path / "README.md"
+    readme.write_text("BM25 builds in 97 s, HNSW in 25 min (`bench/scale.py`), 2.1 GiB; it took 41.7 s; `0.123` "
+                      "in code, <!-- fig:x -->0.999 marked, [a](results.md#x) links.\n\n```bash\nx 12.5 s\n```\n")
+    assert untraced_figures(readme, measured) == ["README.md:1: 41.7"]
