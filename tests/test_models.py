@@ -178,7 +178,8 @@ def test_command_line_parses_options_anywhere(places: dict[str, Path], capsys: p
     with pytest.raises(SystemExit) as exit_:
         cli.main(["models", "resolve", "embedder", "--name", "/no/such/model"])
     assert exit_.value.code == 2 and capsys.readouterr().err == \
-        "error: model path '/no/such/model' for role 'embedder' does not exist\n"
+        "error: model path '/no/such/model' for role 'embedder' does not exist; 'embedded' names the role's " \
+        "installed default instead\n"  # no shipped recipe makes that path: no command to name
 
 
 def test_command_line_lists_roles(places: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
