@@ -12,6 +12,7 @@ keys.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -112,6 +113,17 @@ def command_line(argv: Sequence[str] | None, job: str) -> str:
     return shlex.join(["veracity", *words, *args])
 
 
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "training.md"
+
+
+def docs_link(folder: Path) -> str:
+    """The project's training docs as a Markdown link relative to ``folder`` (where the card is), or their name
+    where this installation has no docs folder."""
+    if not DOCS.is_file():
+        return "docs/training.md in its repository"
+    return f"[docs/training.md]({os.path.relpath(DOCS, Path(folder).resolve())})"
+
+
 def write_model_card(folder: str | Path, *, title: str, kind: str, base_model: str, base_dir: str | Path,
                      command: str, data: Mapping[str, str], licences: Mapping[str, str] | None = None,
                      metrics: Mapping[str, Any] | None = None, notes: Sequence[str] = (), appendix: str = "") -> Path:
@@ -135,7 +147,7 @@ def write_model_card(folder: str | Path, *, title: str, kind: str, base_model: s
     front = ["---", f"base_model: {base_model}", f"library_name: {kind}",
              f"license: {_licence_id(base_lic)}",
              "tags:", "- veracity", "- fact-checking", "---", ""]
-    lines = [f"# {title}", "", f"Trained with [veracity](https://github.com/) from `{base_model}`.", "",
+    lines = [f"# {title}", "", f"Trained with veracity ({docs_link(folder)}) from `{base_model}`.", "",
              "## Command", "", "```bash", command, "```", "", "## Data", ""]
     lines += [f"- `{name}`: {what}" + (f" — licence: {licences[name]}" if name in licences else "")
               for name, what in data.items()] or ["- not recorded"]

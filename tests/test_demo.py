@@ -31,6 +31,7 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     for stage in ("== 1. data preparation", "== 2. embedded models", "== 3. retrieval", "== 4. offline batch",
                   "== 5. training", "== 6. R2VC", "== 7. DPO", "== 8. AIC, SciClaimSeekers and UTS", "== 9. "):
         assert stage in out
+    assert "'What is the capital of France?' → 'The capital of France is Paris.'" in out  # a check it gets right
     assert (tmp_path / "demo" / "run_config.yaml").exists()
     assert json.loads((tmp_path / "demo" / "prep" / "manifest.json").read_text())["outputs"]
     metrics = json.loads((tmp_path / "demo" / "retrieval" / "metrics.json").read_text())

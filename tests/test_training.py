@@ -19,6 +19,7 @@ from veracity.train.common import load_records
 from veracity.train.training_sets import TrainingSetConfig, build
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +155,9 @@ def test_sft_changes_lora_weights_only(sft_run: tuple[Path, Path], tiny_lm_dir: 
     assert card.startswith("---\nbase_model: local:") and "library_name: peft" in card  # a local test model
     assert "veracity train sft" in card and "## Metrics" in card and "| train_loss |" in card
     assert "sft.jsonl`: " in card and "records, sha256" in card
+    link = re.search(r"Trained with veracity \(\[docs/training.md\]\(([^)]+)\)\)", card)
+    assert link and (adapter / link.group(1)).resolve() == REPO / "docs" / "training.md", "the docs, relatively"
+    assert not (run / "README.md").exists(), "no TRL default card in the run folder"
     merged_card = (tmp_path / "m" / "README.md").read_text()
     assert "library_name: transformers" in merged_card and "## The adapter's card" in merged_card
     assert "| train_loss |" in merged_card

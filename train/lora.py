@@ -189,6 +189,9 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     trainer = trainer_cls(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
                           processing_class=tokenizer, peft_config=get_peft_config(model_args),
                           quantization_config=quantization)
+    # TRL writes its own README.md into the run folder at every checkpoint (a card of "[None]" and a generic quick
+    # start); the run's card is the project's, written beside the adapter (write_adapter_card)
+    trainer.create_model_card = lambda *args, **kwargs: None
     loaded = describe_loaded(trainer.model)
     logger.info("base weights loaded as %s", loaded)
     if hasattr(trainer.model, "get_nb_trainable_parameters"):  # the line PEFT prints, in the log at training start

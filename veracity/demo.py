@@ -99,17 +99,19 @@ def stage_models() -> None:
 
 
 def _smoke_chat_lm(path: Path) -> None:
-    """One greedy answer from the embedded chat model, to show the converted folder really generates."""
+    """One greedy answer from the embedded chat model, to show the converted folder really generates: a question it
+    gets right (asked "Is Paris the capital of France? Answer yes or no.", the 135M model says no)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: seconds to import, this smoke test alone
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
-    messages = [{"role": "user", "content": "Is Paris the capital of France? Answer yes or no."}]
+    question = "What is the capital of France?"
+    messages = [{"role": "user", "content": question}]
     inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                            return_dict=True)
-    output = model.generate(**inputs, max_new_tokens=8, do_sample=False)
+    output = model.generate(**inputs, max_new_tokens=12, do_sample=False)
     answer = tokenizer.decode(output[0][inputs["input_ids"].shape[1]:], skip_special_tokens=True)
-    print(f"chat_lm says: {answer.strip()!r}")
+    print(f"chat_lm generates (greedy, a check that the converted model runs): {question!r} → {answer.strip()!r}")
 
 
 def stage_retrieval(config: DemoConfig) -> None:
