@@ -104,3 +104,40 @@ def test_the_device_reaches_the_verifier_and_the_encoders(monkeypatch: pytest.Mo
          str(tiny_encoder_dir), "--device", "cpu"])
     assert seen == [("verifier", "cpu"), ("encoder", "cpu")]
     assert yaml.safe_load((tmp_path / "ix" / "run_config.yaml").read_text())["device"] == "cpu"
+
+
+class Built(Exception):
+    """Raised by a spied component once it has seen its device: the test stops there (no GPU to load onto)."""
+
+
+def test_a_gpu_device_reaches_the_verifier_and_the_encoders(monkeypatch: pytest.MonkeyPatch, prepared_dir: Path,
+                                                            tiny_encoder_dir: Path, tmp_path: Path) -> None:
+    """The same with --device cuda:0 on a machine made to look as if it had a GPU: a component built with a
+    hard-coded "cpu" (or with the driver's resolved device instead of the job's) would say so here."""
+    import torch
+
+    import veracity.infer.checkpoint_eval as checkpoint_eval
+    import veracity.infer.retrieval.index as index_module
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    seen: list[tuple[str, str]] = []
+
+    def spy(name: str) -> type:
+        class Spy:
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                seen.append((name, str(kwargs.get("device"))))
+                raise Built(name)
+        return Spy
+
+    monkeypatch.setattr(checkpoint_eval, "NLIVerifier", spy("verifier"))
+    monkeypatch.setattr(index_module, "DenseEncoder", spy("encoder"))
+    with pytest.raises(Built):
+        cli(["eval", "checkpoint", "--kind", "nli", "--nli_model", str(tiny_encoder_dir), "--device", "cuda:0",
+             "--prepared_dir", str(prepared_dir), "--sources", "vitaminc", "--output_dir", str(tmp_path / "e")])
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"doc_id": "a", "text": "The bridge is 120 m long."}\n')
+    with pytest.raises(Built):
+        cli(["index", "build", "--corpus", str(corpus), "--output_dir", str(tmp_path / "ix"), "--embedder",
+             str(tiny_encoder_dir), "--device", "cuda:0"])
+    assert seen == [("verifier", "cuda:0"), ("encoder", "cuda:0")]

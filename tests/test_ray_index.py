@@ -5,6 +5,7 @@ corpus is cut at line ends whatever they are, and a build resumes from the tasks
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,30 @@ def test_a_build_resumes_from_the_tasks_already_embedded(ray_cluster: Any, tmp_p
     _corpus(corpus, DOCS[:10])  # another corpus: nothing of the first one is reused
     reader, _ = embed_on_ray(corpus, out, spec, True, executor, 6)
     assert len(reader) == 10 and kept.stat().st_mtime_ns != before
+
+
+def test_the_staging_key_changes_with_everything_the_vectors_depend_on(tmp_path: Path,
+                                                                        tiny_encoder_dir: Path) -> None:
+    """A resumed build reuses task files only under the same key: each of corpus, encoder weights, encoder
+    settings, titles and cut changes it (dropping one from the key would reuse vectors made otherwise)."""
+    import dataclasses
+
+    from safetensors.torch import load_file, save_file
+
+    from veracity.infer.retrieval.dense import EncoderSpec
+    from veracity.infer.retrieval.ray_embed import staging_key
+
+    corpus, encoder = _corpus(tmp_path / "corpus.jsonl"), tmp_path / "encoder"
+    shutil.copytree(tiny_encoder_dir, encoder)
+    spec = EncoderSpec(str(encoder))
+    first = staging_key(corpus, spec, True, 6)
+    assert staging_key(corpus, spec, True, 6) == first
+    assert staging_key(corpus, spec, False, 6) != first
+    assert staging_key(corpus, spec, True, 5) != first
+    assert staging_key(corpus, dataclasses.replace(spec, doc_prefix="passage: "), True, 6) != first
+    for path in encoder.rglob("*.safetensors"):  # the same folder, other weights (a retrained encoder)
+        save_file({k: v + 0.1 for k, v in load_file(path).items()}, path)
+    assert staging_key(corpus, spec, True, 6) != first
+    retitled = staging_key(corpus, spec, True, 6)
+    _corpus(corpus, DOCS[:10])
+    assert staging_key(corpus, spec, True, 6) != retitled

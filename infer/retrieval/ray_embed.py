@@ -106,6 +106,13 @@ class EmbedWorker:
         return {"task": done, "encoder": [json.dumps(self.encoder.describe())] * len(done)}
 
 
+def staging_key(corpus: Path, spec: EncoderSpec, include_title: bool, docs_per_task: int) -> dict[str, Any]:
+    """What a build's task files were computed from (``key.json``): a build under another corpus (by content),
+    encoder (by content), encoder settings, document text (titles in or out) or cut starts again."""
+    return {"corpus_sha256": sha256_file(corpus), "encoder": encoder_id(spec), "spec": asdict(spec),
+            "include_title": include_title, "docs_per_task": docs_per_task}
+
+
 def embed_on_ray(corpus: Path, output_dir: Path, spec: EncoderSpec, include_title: bool, executor: ExecutorConfig,
                  docs_per_task: int, device: str = "auto") -> tuple[EmbeddingReader, dict[str, Any]]:
     """Embed every document of the checked ``corpus`` on Ray into ``output_dir/ray_embeddings``; the vectors in
@@ -114,9 +121,7 @@ def embed_on_ray(corpus: Path, output_dir: Path, spec: EncoderSpec, include_titl
     from ray import data as ray_data
 
     staging = output_dir / STAGING
-    # what the files there were computed from: another corpus, encoder or cut starts again
-    key = {"corpus_sha256": sha256_file(corpus), "encoder": encoder_id(spec), "spec": asdict(spec),
-           "include_title": include_title, "docs_per_task": docs_per_task}
+    key = staging_key(corpus, spec, include_title, docs_per_task)
     if not (staging / "key.json").exists() or json.loads((staging / "key.json").read_text()) != key:
         shutil.rmtree(staging, ignore_errors=True)
     (staging / SHARD_DIR).mkdir(parents=True, exist_ok=True)
