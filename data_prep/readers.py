@@ -28,6 +28,7 @@ from typing import Any
 
 from veracity.data_prep.errors import DataError, ErrorPolicy
 from veracity.io import json_error_message, parse_jsonl
+from veracity.made_by import made_by
 
 Row = dict[str, Any]
 _LINE_END = re.compile(r"\r\n|\r|\n")
@@ -68,6 +69,8 @@ def check_input(path: Path, directory: bool = False, root: Path | None = None) -
             cause = "a dangling symlink (its target does not exist)"
         elif isinstance(error, FileNotFoundError) and root is not None:
             cause = missing_under_root(path, root)
+        elif isinstance(error, FileNotFoundError) and (made := made_by(path)):  # a training set, a trained adapter
+            cause = f"not found; {made}"
         raise DataError(path, None, cause) from None
     if directory and not stat.S_ISDIR(info.st_mode):
         raise DataError(path, None, "is a file, expected a directory")

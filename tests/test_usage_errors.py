@@ -144,6 +144,21 @@ def test_the_embedded_recipe_on_a_fresh_clone_names_what_makes_its_generator(wor
                                "make it (docs/training.md#nli-verifier)")  # stage 2 starts from stage 1's model
 
 
+@pytest.mark.parametrize(("job", "missing", "made"), [
+    ("sft", "runs/prep/training/sft.jsonl", "`veracity prep` then `veracity prep training-sets` make it "
+                                            "(docs/training.md#training-sets)"),
+    ("dpo", "runs/train/sft_smollm2/adapter", "`veracity prep` then `veracity prep training-sets` then `veracity "
+                                              "train sft --config configs/train/sft_lora_smollm2_cpu.yaml` make it "
+                                              "(docs/training.md#sft-and-dpo)")])
+def test_a_training_recipe_on_a_fresh_clone_names_what_makes_its_input(job: str, missing: str, made: str,
+                                                                       workdir: Path, capsys) -> None:
+    if job == "dpo":  # its training set is there: the SFT adapter is what is missing
+        (workdir / "runs/prep/training").mkdir(parents=True)
+        (workdir / "runs/prep/training/dpo.jsonl").write_text("")
+    assert fails(["train", job, "--config", f"configs/train/{job}_lora_smollm2_cpu.yaml"], capsys, workdir) == \
+        f"{missing}: not found; {made}"
+
+
 def test_made_by_follows_a_recipe_to_what_it_reads_first(workdir: Path) -> None:
     """What makes a path, read from the shipped recipes: the DPO generator needs the SFT adapter first, and a
     step whose output is there already is left out."""
