@@ -108,6 +108,13 @@ class BatchWorker:
         return {"record": [record_line(r) for r in records], "facts": [facts] + [""] * (len(records) - 1)}
 
 
+def actor_device(config: ExecutorConfig) -> str:
+    """Where ``--device auto`` puts an actor's models: the GPU Ray gives it (``--num_gpus_per_worker``), else the
+    CPU (Ray hides the GPUs from an actor that asked for none). The driver names the models by this, not by its own
+    device; each actor resolves its own and records it per record."""
+    return "cuda" if config.num_gpus_per_worker > 0 else "cpu"
+
+
 def forwarded_env() -> dict[str, str]:
     """The driver's settings the actors get (model roots, caches, offline mode, threads)."""
     return {k: v for k, v in os.environ.items() if k in FORWARDED_ENV or k.startswith(FORWARDED_ENV_PREFIXES)}

@@ -7,7 +7,10 @@ and the dense encoder all take it; run records hold the resolved device beside t
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from veracity.data_prep.errors import InputError
@@ -23,8 +26,24 @@ def check_device(spec: str) -> str:
     return spec
 
 
+# Inside resolved_for(): the device `auto` stands for where the models will load (not this process).
+_RESOLVED_FOR: ContextVar[str | None] = ContextVar("resolved_for", default=None)
+
+
+@contextlib.contextmanager
+def resolved_for(device: str) -> Iterator[None]:
+    """Inside the block, ``auto`` resolves to ``device`` and a ``cuda`` spec is taken as given: how a Ray driver
+    names the models its actors will load on their own machines (the actors resolve and check it there)."""
+    token = _RESOLVED_FOR.set(device)
+    try:
+        yield
+    finally:
+        _RESOLVED_FOR.reset(token)
+
+
 def resolve_device(spec: str = "auto") -> str:
-    """The torch device ``spec`` stands for on this machine: ``cpu``, ``cuda`` or ``cuda:N``.
+    """The torch device ``spec`` stands for on this machine (or, inside :func:`resolved_for`, where the models will
+    load): ``cpu``, ``cuda`` or ``cuda:N``.
 
     Raises:
         InputError: a CUDA device torch does not see (one ``error:`` line through the command line).
@@ -32,6 +51,9 @@ def resolve_device(spec: str = "auto") -> str:
     check_device(spec)
     if spec == "cpu":
         return "cpu"
+    elsewhere = _RESOLVED_FOR.get()
+    if elsewhere is not None:
+        return elsewhere if spec == "auto" else spec
     import torch  # lazy: seconds to import; only a job that loads a model resolves its device
 
     if spec == "auto":

@@ -141,3 +141,20 @@ def test_a_gpu_device_reaches_the_verifier_and_the_encoders(monkeypatch: pytest.
         cli(["index", "build", "--corpus", str(corpus), "--output_dir", str(tmp_path / "ix"), "--embedder",
              str(tiny_encoder_dir), "--device", "cuda:0"])
     assert seen == [("verifier", "cuda:0"), ("encoder", "cuda:0")]
+
+
+def test_a_ray_driver_names_models_on_the_actors_device_not_its_own() -> None:
+    """``--executor ray``: the driver resolves ``auto`` as its actors will (a GPU when Ray gives them one), so the
+    models it records are those they load; a cuda spec is the actors' to check."""
+    from veracity.infer.executors import ExecutorConfig, actor_device
+    from veracity.models.device import resolved_for
+
+    assert actor_device(ExecutorConfig(executor="ray")) == "cpu"
+    assert actor_device(ExecutorConfig(executor="ray", num_gpus_per_worker=1)) == "cuda"
+    with resolved_for("cuda"):
+        assert resolve_device("auto") == "cuda" and resolve_device("cuda:1") == "cuda:1"
+        assert resolve_device("cpu") == "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == "cpu"  # outside the block: this machine again

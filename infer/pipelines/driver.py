@@ -47,11 +47,12 @@ from veracity.infer.batch import (
     run_batch,
     shard_file,
 )
-from veracity.infer.executors import ExecutorConfig, run_on_ray  # ray itself: imported in run_on_ray
+from veracity.infer.executors import ExecutorConfig, actor_device, run_on_ray  # ray itself: imported in run_on_ray
 from veracity.infer.pipelines.contract import Item, Pipeline, Record
 from veracity.infer.report_html import write_report_html
 from veracity.infer.run_folder import RecordFacts, claim_folder, other_runs, summary_file
 from veracity.io import write_json
+from veracity.models.device import resolved_for
 from veracity.models.loading import deferred_loading
 
 logger = logging.getLogger(__name__)
@@ -143,19 +144,25 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
+        # under ray the models are named as the actors will load them: on their device, not this process's
+        def naming() -> Any:
+            return resolved_for(actor_device(executor)) if executor.executor == "ray" else nullcontext()
+
         with output_lock(output):  # a refused second run must not overwrite the running one's record
-            claim(pipeline, out, shard, loaded=False)  # another layout, config or model: refused before loading
+            with naming():
+                claim(pipeline, out, shard, loaded=False)  # another layout, config or model: refused before loading
             if executor.executor == "ray":
                 check_one_ray(out, pipeline.records_stem, output, shard, executor)
             start = time.perf_counter()
             try:
                 # under ray every model is only named here (models/loading.py): the actors load and run them; a
-                # step of prepare that needs one (an index to build first) loads it then
+                # step of prepare that needs one (an index to build first) loads it then, in this process
                 with deferred_loading() if executor.executor == "ray" else nullcontext():
-                    pipeline.load(out)
-                    load_seconds = time.perf_counter() - start
-                    made_under = RecordFacts(out, pipeline.records_stem, shard)  # before the claim rewrites it
-                    claim(pipeline, out, shard, loaded=True, facts=made_under)
+                    with naming():
+                        pipeline.load(out)
+                        load_seconds = time.perf_counter() - start
+                        made_under = RecordFacts(out, pipeline.records_stem, shard)  # before the claim rewrites it
+                        claim(pipeline, out, shard, loaded=True, facts=made_under)
                     facts = pipeline.prepare(out)
                 try:
                     summary, stats = run_batches(pipeline, items, output, out, shard, executor, made_under)
