@@ -176,3 +176,16 @@ def test_made_by_follows_a_recipe_to_what_it_reads_first(workdir: Path) -> None:
         "makes it (docs/training.md#sft-and-dpo)")
     assert made_by(workdir / "runs/prep/fever_symmetric.jsonl") == "`veracity prep` makes it (docs/data.md#preparing)"
     assert made_by("somewhere/else/model") is None
+
+
+def test_the_calibrator_on_a_fresh_clone_names_what_it_lacks_and_writes_nothing(workdir: Path, capsys) -> None:
+    """``train calibrator`` checks its models and inputs before it records its run folder."""
+    error = fails(["train", "calibrator", "--config", "configs/train/calibrator_r2vc_embedded.yaml"], capsys, workdir)
+    assert error.startswith("model path 'runs/train/sft_smollm2/merged' for role 'chat_lm' does not exist")
+
+
+def test_a_late_refusal_removes_every_folder_the_run_made(workdir: Path, capsys) -> None:
+    """A run refused after the driver made its output folder (here: a verifier role with nothing installed, found
+    when the pipeline loads) leaves none of the folders it made, however deep."""
+    fails(["infer", "r2vc", "--claims", "my.jsonl", "--use_generator", "false", "--calibrator", "none",
+           "--nli_model", "embedded", "--output_dir", "runs/deep/er/run"], capsys, workdir)

@@ -43,7 +43,7 @@ from veracity.data_prep.splits import claim_key, component_representatives, hash
 from veracity.infer.eval.r2vc import read_r2vc_records, table_cell
 from veracity.infer.metrics import binary_brier, expected_calibration_error
 from veracity.infer.pipelines.r2vc.config import R2VCConfig
-from veracity.infer.pipelines.r2vc.items import evaluated_sources
+from veracity.infer.pipelines.r2vc.items import check_model_paths, evaluated_sources, prepared_items, user_items
 from veracity.infer.pipelines.r2vc.risk_control import risk_controlled_threshold
 from veracity.infer.pipelines.r2vc.run import run
 from veracity.infer.pipelines.r2vc.signals import SignalSettings, feature_names
@@ -256,6 +256,13 @@ def simulation_logprob_definition(simulation: Path, records: Sequence[dict[str, 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, config, settings, engine_config = parse_config(make_parser(), argv)
     out = Path(args.calibrator_dir)
+    # the models and the calib items before the run folder: on a fresh clone a missing one is one error: line that
+    # leaves nothing behind
+    check_model_paths(config, engine_config)
+    if config.claims:
+        user_items(config.claims, config.index_dir)
+    else:
+        prepared_items(dataclasses.replace(config, split="calib"))
     write_run_config(out, args, config, settings, engine_config, job="train calibrator",
                      device=resolve_device(engine_config.device))
     # Simulate inference on calib with this very pipeline: no calibrator, no abstention, every feature recorded.

@@ -141,7 +141,7 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
     items = pipeline.items()
     pipeline.check()
     output = out / shard_file(pipeline.records_stem, shard)
-    created = not out.exists()
+    made = [p for p in (out, *out.parents) if not p.exists()]  # the folders this run creates, deepest first
     out.mkdir(parents=True, exist_ok=True)
     try:
         # under ray the models are named as the actors will load them: on their device, not this process's
@@ -193,8 +193,9 @@ def run_pipeline(pipeline: Pipeline, executor: ExecutorConfig | None = None) -> 
                 report["report_html"] = str(page)
                 print(f"report: {page}")
     except BaseException:
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # a run that stopped before its first file leaves no empty folder behind
+        for folder in made:  # a run that stopped before its first file leaves no empty folder behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
         raise
     return json.loads(json.dumps(report, default=str))
 
