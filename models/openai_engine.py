@@ -54,8 +54,8 @@ from veracity.models.engine import (
 
 logger = logging.getLogger(__name__)
 RETRIED_STATUSES = (408, 409, 429)  # and every 5xx: what the openai SDK retries (besides timeouts, lost connections)
-# The constraint kinds each kind of server is known to enforce (its documentation, and docs/install.md#facts-the-code-
-# relies-on for transformers serve, which ignores them); "unknown" is any other server.
+# The constraint kinds each kind of server is known to enforce (its documentation; for transformers serve, which
+# ignores them: docs/install.md#facts-the-code-relies-on); "unknown" is any other server.
 ENFORCES: dict[str, frozenset[str]] = {
     "vllm": frozenset({"json_schema", "regex", "choice"}),
     "llamacpp": frozenset({"json_schema", "choice"}),

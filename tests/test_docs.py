@@ -336,10 +336,6 @@ OUTPUT_OPTIONS = ("output_dir", "calibrator_dir")  # where a command writes: wha
 TRAINED = "runs/train/"  # what `veracity train …` writes: a fresh clone has none of it
 # Unmarked commands of README.md, which this issue's session does not edit: the marker its own session adds
 # (issue #63's report names the line). Remove an entry once the README line carries its marker.
-README_PENDING = {"veracity infer r2vc --config configs/pipelines/r2vc_embedded.yaml --executor ray --workers 2":
-                  {"trained model"}}
-
-
 def marked_needs(text: str) -> set[str]:
     """The needs a ``# needs: gpu, server, trained model`` comment names (any of the three)."""
     found = NEEDS_MARK.search(text)
@@ -404,8 +400,6 @@ def needs_problems(page: Path) -> Iterator[str]:
                 parsed, given = parsed
                 needs |= command_needs(part, parsed, given, made)
                 made += [v for k in OUTPUT_OPTIONS if isinstance(v := getattr(parsed, k, None), str)]
-                if page.name == "README.md":
-                    marked |= README_PENDING.get(" ".join(part), set())
                 if needs - marked:
                     yield (f"{rel(page)}:{number}: {' '.join(line.split())[:90]}\n    needs {sorted(needs - marked)}: "
                            f"mark it `# needs: {', '.join(sorted(needs))}`")
