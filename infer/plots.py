@@ -48,6 +48,21 @@ def risk_coverage_plot(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path
     return _save(figure, path)
 
 
+def lines_over_steps(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, *,
+                     title: str, ylabel: str, xlabel: str = "training step") -> Path:
+    """One quantity against the training step, one line per named series ``{name: (steps, values)}`` (a loss and
+    its eval loss, a metric per dev source): what training reports and checkpoint sweeps plot."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for name, (steps, values) in series.items():
+        axis.plot(list(steps), list(values), marker="o" if len(steps) <= 30 else None, markersize=3, label=name)
+    axis.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if len(series) > 1:
+        axis.legend(loc="best")
+    axis.grid(alpha=0.3)
+    return _save(figure, path)
+
+
 def _save(figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
