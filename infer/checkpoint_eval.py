@@ -46,6 +46,7 @@ from veracity.infer.pipelines.r2vc.prompt import (
     parse_r2vc_answer,
     prompt_messages,
 )
+from veracity.infer.quote_format import keeps_quote_format
 from veracity.io import write_json, write_jsonl
 from veracity.models.device import resolve_device
 from veracity.models.engine import Engine, EngineConfig, GenerationRequest, record_decoding, unavailable_error
@@ -140,6 +141,7 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
     predictions: list[str | None] = []
     rows = []
     failures: Counter[str] = Counter()
+    kept_format = []  # per parsed answer: whether its rationale keeps the trained quote format
     for example, result in zip(examples, results, strict=True):
         text, answer, error = None, None, result.error
         if result.ok:
@@ -148,12 +150,15 @@ def evaluate_generator(engine: Engine, examples: list[ClaimExample], max_new_tok
             error = name_cut_off(error, result.candidates[0].finish_reason)
         if error:
             failures[error.split(":")[0]] += 1
+        if answer is not None:
+            kept_format.append(keeps_quote_format(answer.rationale))
         predictions.append(answer.label if answer else None)
         rows.append(prediction_row(example, predictions[-1], answer=text, error=error,
                                    decoding=record_decoding(engine, kinds, [result])))
     metrics = label_metrics(examples, predictions)
     metrics["parse_failure_rate"] = sum(failures.values()) / len(examples) if examples else 0.0
     metrics["failures"] = dict(failures)
+    metrics["quote_format_rate"] = sum(kept_format) / len(kept_format) if kept_format else None
     return metrics, rows
 
 
@@ -192,6 +197,14 @@ def make_parser() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, engine_config = parse_config(make_parser(), argv)
+    return evaluate_checkpoint(args, engine_config)
+
+
+def evaluate_checkpoint(args: CheckpointEvalArgs, engine_config: EngineConfig, quiet: bool = False
+                        ) -> dict[str, Any]:
+    """Score one generator (``engine_config``: model and adapter) or NLI verifier (``args.nli_model``) on each
+    source, into ``args.output_dir`` (module docstring); returns ``{source: metrics}``. ``quiet``: no table printed
+    (a sweep prints its own)."""
     # the data, then the model, then the run folder: a bad input stops the run before a first use converts the
     # embedded model, and a model that is not there before anything is written
     examples_of = {source: load_examples(args, source) for source in args.sources}
@@ -219,7 +232,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     write_json(Path(args.output_dir) / "metrics.json", results)
     table = markdown(results, args.kind)
     (Path(args.output_dir) / "results.md").write_text(table + "\n", encoding="utf-8")
-    print(table)
-    print("examples/s: " + ", ".join(f"{source} {m['examples_per_second']:.2f}" for source, m in results.items())
-          + f" (device {resolve_device(engine_config.device)})")
+    if engine is not None:
+        engine.close()
+    if not quiet:
+        print(table)
+        print("examples/s: " + ", ".join(f"{source} {m['examples_per_second']:.2f}" for source, m in results.items())
+              + f" (device {resolve_device(engine_config.device)})")
     return results

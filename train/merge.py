@@ -1,14 +1,22 @@
 """Merge a LoRA adapter into its base model and save a plain model folder any engine can load.
 
 Usage: veracity train merge --base embedded --adapter runs/sft/adapter --output_dir runs/sft/merged
+       veracity train merge --run_dir runs/sft --checkpoint best --output_dir runs/sft/merged_best
+
+``--run_dir`` takes the adapter from a training run folder: its final ``adapter``, a ``--checkpoint checkpoint-N``,
+or ``--checkpoint best``, the one ``veracity eval checkpoints RUN_DIR`` chose (``checkpoints/best.json``); the base
+is then the run's own unless ``--base`` says otherwise.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
@@ -21,15 +29,25 @@ from veracity.models.registry import resolve_model
 
 @dataclass
 class MergeArgs:
-    adapter: str = field(metadata={"help": "PEFT adapter folder."})
     output_dir: str = field(metadata={"help": "Where the merged model goes."})
-    base: str = field(default="embedded", metadata={"help": "Base chat model: 'embedded', 'real', path, hub id."})
+    adapter: str | None = field(default=None, metadata={"help": "PEFT adapter folder (or --run_dir)."})
+    run_dir: str | None = field(default=None, metadata={
+        "help": "A train sft/dpo run folder: its final adapter, or the one --checkpoint names."})
+    checkpoint: str | None = field(default=None, metadata={
+        "help": "With --run_dir: best (what `veracity eval checkpoints RUN_DIR` chose) or a checkpoint-N folder."})
+    base: str | None = field(default=None, metadata={
+        "help": "Base chat model: 'embedded', 'real', path, hub id (default: the run's, with --run_dir; else "
+                "embedded)."})
     dtype: str = field(default="auto", metadata={
         "help": "Dtype the merge is done and saved in: auto (the base's saved dtype), float32, bfloat16, float16."})
 
     def __post_init__(self) -> None:
         if self.dtype not in MERGE_DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}, got {self.dtype!r}")
+        if (self.adapter is None) == (self.run_dir is None):
+            raise ValueError("give --adapter FOLDER, or --run_dir RUN_DIR (with --checkpoint best or checkpoint-N)")
+        if self.checkpoint and not self.run_dir:
+            raise ValueError("--checkpoint names a checkpoint of a --run_dir")
 
 
 MERGE_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -83,8 +101,34 @@ def make_parser() -> Any:
     return parser_for((MergeArgs,), "veracity train merge")
 
 
+def run_adapter(run_dir: Path, checkpoint: str | None) -> tuple[Path, str | None]:
+    """(adapter folder, the run's base model or None) of a training run folder: its final adapter, a named
+    ``checkpoint-N``, or the best one ``veracity eval checkpoints`` chose.
+
+    Raises:
+        InputError: no such run, checkpoint or choice.
+    """
+    if not (run_dir / "run_config.yaml").is_file():
+        raise InputError(f"--run_dir {run_dir}: not a training run folder (no run_config.yaml)")
+    if checkpoint == "best":
+        chosen = run_dir / "checkpoints" / "best.json"
+        if not chosen.is_file():
+            raise InputError(f"{chosen}: no best checkpoint chosen yet; `veracity eval checkpoints {run_dir}` "
+                             "scores them and chooses")
+        best = json.loads(chosen.read_text(encoding="utf-8"))
+        return Path(best["path"]), best.get("base")
+    adapter = run_dir / (checkpoint or "adapter")
+    if not adapter.is_dir():
+        kept = sorted(p.name for p in run_dir.glob("checkpoint-*"))
+        raise InputError(f"{adapter}: no such folder in the run (its checkpoints: {', '.join(kept) or 'none'})")
+    from veracity.infer.checkpoint_sweep import base_model  # lazy: the sweep's one rule for a run's base
+
+    return adapter, base_model(run_dir, yaml.safe_load((run_dir / "run_config.yaml").read_text()) or {})
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     (args,) = parse_config(make_parser(), argv)
-    folder = merge_adapter(args.base, args.adapter, args.output_dir, args.dtype)
-    print(f"merged model written to {folder}")
+    adapter, base = (Path(args.adapter), None) if args.adapter else run_adapter(Path(args.run_dir), args.checkpoint)
+    folder = merge_adapter(args.base or base or "embedded", adapter, args.output_dir, args.dtype)
+    print(f"merged model written to {folder} (adapter {adapter})")
     return folder

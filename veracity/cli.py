@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, dict[str, tuple[str, str]]] = {
         "retrieval": ("veracity.infer.retrieval.evaluate", "retrieval metrics on the claim → evidence benchmarks"),
         "checkpoint": ("veracity.infer.checkpoint_eval",
                        "label accuracy and macro-F1 of a generator checkpoint or an NLI verifier"),
+        "checkpoints": ("veracity.infer.checkpoint_sweep",
+                        "every checkpoint of a training run scored on the task: a table, plots, the best one"),
         "averitec": ("veracity.infer.eval.averitec", "AVeriTeC scores: Q-only / Q+A METEOR, old AVeriTeC score, Ev²R"),
         "r2vc": ("veracity.infer.eval.r2vc", "metrics and report.html of an R2VC run, from its records"),
         "sciclaim": ("veracity.infer.eval.sciclaim", "CheckThat! source retrieval: MRR@5, Hit@1, Hit@5 of a run"),
