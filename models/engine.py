@@ -152,8 +152,23 @@ class Candidate:
 UNAVAILABLE = "server_error"
 
 
+class Answered:
+    """What a result with an ``error`` (None: it answered) says of itself: a generation result, a judge's verdict."""
+
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def unavailable(self) -> bool:
+        """The engine failed (:data:`UNAVAILABLE`), not the request: no answer was made at all."""
+        return (self.error or "").startswith(UNAVAILABLE)
+
+
 @dataclass
-class GenerationResult:
+class GenerationResult(Answered):
     """Candidates for one request, or an ``error`` (e.g. ``context_overflow``) with no candidates.
 
     ``constrained``: whether this request's constraint was enforced while its answer was made (False for a request
@@ -165,15 +180,6 @@ class GenerationResult:
     error: str | None = None
     cached: bool = False
     constrained: bool | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def unavailable(self) -> bool:
-        """The engine failed (:data:`UNAVAILABLE`), not the request."""
-        return (self.error or "").startswith(UNAVAILABLE)
 
     def to_dict(self) -> dict[str, Any]:
         return {"candidates": [c.to_dict() for c in self.candidates], "prompt_tokens": self.prompt_tokens,

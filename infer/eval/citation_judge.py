@@ -19,7 +19,7 @@ from typing import Any
 
 from veracity.data_prep.text import normalize_space
 from veracity.infer.structured import choice_budget
-from veracity.models.engine import UNAVAILABLE, Engine, GenerationRequest, answer_budget
+from veracity.models.engine import Answered, Engine, GenerationRequest, answer_budget
 
 DEFAULT_JUDGE_PROMPT = (
     "Evidence: {evidence}\n\n"
@@ -64,20 +64,11 @@ class JudgeStats:
 
 
 @dataclass
-class Verdict:
+class Verdict(Answered):
     supported: bool
     answer: str
     error: str | None = None
     constrained: bool | None = None  # whether the engine held the answer to the choice (its result's ``constrained``)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def unavailable(self) -> bool:
-        """The engine made no answer (``models.engine.UNAVAILABLE``): not a judgement at all."""
-        return (self.error or "").startswith(UNAVAILABLE)
 
     def to_dict(self) -> dict[str, Any]:
         return {"supported": self.supported, "answer": self.answer, **({"error": self.error} if self.error else {})}
