@@ -1,14 +1,15 @@
 """What the training jobs share: their config parsing (with a progress bar), validated training records
-(file:line:field errors) and resume."""
+(file:line:field errors), resume, and where a run reports to."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from pathlib import Path
 from typing import Any
 
 from veracity.config import parse_config
-from veracity.data_prep.errors import DataError
+from veracity.data_prep.errors import DataError, InputError
 from veracity.data_prep.readers import read_jsonl
 
 logger = logging.getLogger(__name__)
@@ -63,3 +64,37 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
     if found:
         logger.info("resuming from %s", found)
     return found
+
+
+AUTO_REPORTING = "auto"  # every shipped recipe's report_to: TensorBoard where it is installed
+TENSORBOARD_MODULES = ("tensorboard", "tensorboardX")  # either one serves transformers' TensorBoardCallback
+
+
+def tensorboard_installed() -> bool:
+    return any(importlib.util.find_spec(name) is not None for name in TENSORBOARD_MODULES)
+
+
+def resolve_reporting(training_args: Any) -> list[str]:
+    """Set ``training_args.report_to`` to the integrations this run reports to, before any weights load.
+
+    ``auto`` (the shipped recipes' value) becomes ``tensorboard`` where TensorBoard (or tensorboardX) is installed
+    and nothing where it is not, said in one info line: a recipe runs the same on a machine without it, and its
+    curves are in the run's report.html either way. An explicit ``tensorboard`` without it is the user's to fix: one
+    ``error:`` line (the Trainer would say so only after the model is in memory).
+    """
+    report_to = training_args.report_to
+    wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    resolved = []
+    for name in wanted:
+        if name == AUTO_REPORTING and tensorboard_installed():
+            resolved.append("tensorboard")
+        elif name == AUTO_REPORTING:
+            logger.info("report_to auto: TensorBoard is not installed, so no event files (pip install tensorboard "
+                        "adds them); the curves are in the run's report.html")
+        elif name == "tensorboard" and not tensorboard_installed():
+            raise InputError("--report_to tensorboard needs TensorBoard: pip install tensorboard (or pass --report_to "
+                             "auto, which uses it only where it is installed)")
+        elif name != "none":
+            resolved.append(name)
+    training_args.report_to = list(dict.fromkeys(resolved))
+    return training_args.report_to

@@ -25,13 +25,13 @@ from typing import Any
 import yaml
 
 from veracity.config import load_config_values
-from veracity.data_prep.errors import DataError, InputError
+from veracity.data_prep.errors import InputError
 from veracity.data_prep.readers import check_input
 from veracity.io import mark_completed, sha256_file, write_json
 from veracity.models.model_card import command_line, data_licences, hub_id, write_model_card
 from veracity.models.registry import resolve_model
 from veracity.rundir import write_run_config
-from veracity.train.common import last_checkpoint, load_records, parse_training_config
+from veracity.train.common import last_checkpoint, load_records, parse_training_config, resolve_reporting
 from veracity.train.memory import dry_run, peft_parameter_line
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def run_job(parser: Any, argv: Sequence[str] | None, train: Any) -> Any:
     script, training_args, model_args = parse_training_config(parser, argv)
     if script.dry_run:
         return print_dry_run(script, training_args, model_args, half)
-    check_reporting(training_args.report_to)
+    resolve_reporting(training_args)  # `auto`: TensorBoard where installed; a missing asked-for one stops here
     quantization_config(model_args)  # a quantized recipe without bitsandbytes stops here, before anything is written
     check_process_group(training_args)
     quiet_replicas(training_args)
@@ -158,15 +158,6 @@ def quiet_replicas(training_args: Any) -> None:
     own logs, so each line appears once."""
     if training_args.world_size > 1 and not training_args.should_log:
         logging.getLogger("veracity").setLevel(training_args.get_process_log_level())
-
-
-def check_reporting(report_to: list[str] | str | None) -> None:
-    """Fail before loading any weights when a ``report_to`` integration is not installed (the Trainer would say so
-    only after the model is in memory). The real-scale recipes report to TensorBoard; the CPU recipes to none."""
-    wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    if "tensorboard" in wanted and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
-        raise DataError("--report_to", None, "tensorboard needs TensorBoard: pip install tensorboard (or pass "
-                                             "--report_to none)")
 
 
 def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, script: TrainScriptArgs,

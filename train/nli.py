@@ -46,7 +46,7 @@ from veracity.models.model_card import command_line, data_licences, hub_id, writ
 from veracity.models.onnx_runtime import export_model
 from veracity.models.registry import embedded_verifier_dir, float_reranker, resolve_model
 from veracity.rundir import write_run_config
-from veracity.train.common import last_checkpoint, parse_training_config
+from veracity.train.common import last_checkpoint, parse_training_config, resolve_reporting
 from veracity.train.label_offsets import fit_label_offsets, fold_into_head, log_probabilities, objective
 
 logger = logging.getLogger(__name__)
@@ -476,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
     args, training = parse_training_config(make_parser(), argv)
+    resolve_reporting(training)  # `auto`: TensorBoard where installed
     if args.quick:  # the demo's fallback: minutes, clearly not the real verifier
         training.max_steps = min(training.max_steps if training.max_steps > 0 else 150, 150)
         args.max_eval_per_source = min(args.max_eval_per_source, 100)

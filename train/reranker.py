@@ -36,7 +36,7 @@ from veracity.models.device import DeviceOptions, resolve_device
 from veracity.models.model_card import command_line, data_licences, hub_id, write_model_card
 from veracity.models.registry import float_reranker, resolve_model
 from veracity.rundir import write_run_config
-from veracity.train.common import last_checkpoint, parse_training_config
+from veracity.train.common import last_checkpoint, parse_training_config, resolve_reporting
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
     args, training, where = parse_training_config(make_parser(), argv)
+    resolve_reporting(training)  # `auto`: TensorBoard where installed
     out = Path(training.output_dir)
     # --device places the first stage's encoder and the evaluated model; the Trainer trains where use_cpu says
     device = "cpu" if training.use_cpu else resolve_device(where.device)
