@@ -184,6 +184,22 @@ def engine_line(configs: Sequence[Mapping[str, Any]], run_config: Mapping[str, A
     return " · ".join(parts)
 
 
+def run_date(run_config: Mapping[str, Any], written: str | None = None) -> str:
+    """When the run started (``started``), else when its record was written, else "not recorded"."""
+    return run_config.get("started") or (f"{written} (run_config.yaml written)" if written else "not recorded")
+
+
+def commit_html(run_config: Mapping[str, Any]) -> Html:
+    return Html(f"<code>{esc(run_config.get('git_revision') or 'not recorded')}</code>")
+
+
+def header_table(rows: Sequence[tuple[str, Any]]) -> Html:
+    """The header's look for any run (a pipeline's here, a training run's in ``train/report.py``): one row per
+    name, values escaped unless Html."""
+    return Html('<table class="kv header">' + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
+                                                       for k, v in rows) + "</table>")
+
+
 def header_html(run_config: Mapping[str, Any] | None, written: str | None = None) -> Html:
     """The run's header: date, commit, data, models, engine and decoding, device (from ``run_config.yaml``).
 
@@ -194,11 +210,8 @@ def header_html(run_config: Mapping[str, Any] | None, written: str | None = None
     if not run_config:
         return Html('<p class="note">no run_config.yaml: when, on what and with which models is not known</p>')
     configs = configs_of(run_config)
-    date = run_config.get("started") or (f"{written} (run_config.yaml written)" if written else "not recorded")
-    rows: list[tuple[str, Any]] = [
-        ("date", date), ("commit", Html(f"<code>{esc(run_config.get('git_revision') or 'not recorded')}</code>")),
+    return header_table([
+        ("date", run_date(run_config, written)), ("commit", commit_html(run_config)),
         ("job", run_config.get("job")), ("data", data_line(configs)), *models_rows(run_config),
         ("engine and decoding", engine_line(configs, run_config)),
-        ("device", run_config.get("device") or first_field(configs, "device") or "not recorded")]
-    return Html('<table class="kv header">' + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
-                                                       for k, v in rows) + "</table>")
+        ("device", run_config.get("device") or first_field(configs, "device") or "not recorded")])

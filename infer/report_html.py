@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from veracity.data_prep.errors import InputError
 from veracity.infer.report_assets import CSS, SCRIPT
 from veracity.infer.report_header import confusion_html, glossary_html, header_html, metric_definition
 from veracity.infer.report_text import (  # noqa: F401 - the views import them from here
@@ -360,26 +361,39 @@ def pipeline_type(pipeline: Any) -> type | None:
     return pipeline if isinstance(pipeline, type) else type(pipeline)
 
 
-def main(argv: Sequence[str] | None = None) -> Path:
-    """Write ``report.html`` of the finished run in ``argv[0]`` from its files (records, metrics, config)."""
+def report_run(run_dir: str | Path) -> Path:
+    """Write ``report.html`` of a finished pipeline run from its files (records, metrics, config); the records of
+    every shard for a run made as ``--shard i/n``.
+
+    Raises:
+        InputError: the folder holds no records, or shards of several layouts.
+    """
     from veracity.infer.batch import found_layout, latest_records  # lazy: only this command reads records
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1 or args[0].startswith("-"):
-        raise SystemExit(__doc__.split("\n\n")[1])
-    run_dir = Path(args[0])
+    run_dir = Path(run_dir)
     job = (read_yaml(run_dir / "run_config.yaml") or {}).get("job", "")
     name = job.split()[-1] if job.startswith("infer ") else ""
     try:  # records.jsonl, or a sharded run's shards (which the driver does not score or report)
         files = found_layout(run_dir, "records")
     except (FileNotFoundError, ValueError) as error:
-        raise SystemExit(f"error: {error}") from None
+        raise InputError(str(error)) from None
     records = [r for path in files for r in latest_records(path)]
     metrics = read_json(run_dir / "metrics.json") or read_json(run_dir / "eval" / "metrics.json")
-    path = write_report_html(run_dir, name or "generic", records, metrics)
+    return write_report_html(run_dir, name or "generic", records, metrics)
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Write ``report.html`` of the finished run in ``argv[0]`` (``veracity report RUN_DIR`` does the same for any
+    run folder, training runs too)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0].startswith("-"):
+        raise SystemExit(__doc__.split("\n\n")[1])
+    try:
+        path = report_run(args[0])
+    except InputError as error:
+        raise SystemExit(f"error: {error}") from None
     print(path)
     return path
-
 
 
 if __name__ == "__main__":

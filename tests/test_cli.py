@@ -131,6 +131,7 @@ MISSING_PATHS: dict[tuple[str, str], list[str]] = {
     ("eval", "r2vc"): ["--predictions", MISSING, "--output_dir", "out"],
     ("eval", "sciclaim"): ["--submission", MISSING, "--gold", MISSING, "--output_dir", "out"],
     ("eval", "m4"): ["--items", MISSING, "--reference_as_article", "true"],
+    ("report", ""): [MISSING],
 }
 SUBCOMMANDS = [(command, sub) for command, sub, _ in subcommands()]
 

@@ -149,3 +149,6 @@ def test_train_calibrator_records_what_certified_it(data_root: Path, tiny_encode
     assert len(calibrator.risk_control["holdout_correct"]) == written["n_certify"]
     records, _ = read_r2vc_records(out / "simulation" / "records.jsonl")
     assert written["fit_claims"] + written["select_claims"] + written["n_certify"] == len(records)
+    page = (out / "report.html").read_text(encoding="utf-8")  # its training report: no trainer, its fit and JSON
+    assert "<td>train calibrator</td>" in page and "the calibrator is a JSON file" in page
+    assert f"<span>n_certify</span><b>{written['n_certify']}</b>" in page and "no trainer_state.json" in page

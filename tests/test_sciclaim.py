@@ -412,6 +412,8 @@ def test_the_reranker_fine_tunes_and_the_pipeline_reranks_with_it(tmp_path: Path
     assert (out / "COMPLETED").exists() and (out / "model" / "README.md").exists()
     run_config = (out / "run_config.yaml").read_text()
     assert "metric_for_best_model: eval_selection_mrr@5" in run_config  # the run records the metric it used
+    page = (out / "report.html").read_text(encoding="utf-8")  # its training report: the selection MRR's curve
+    assert 'alt="curves/selection_mrr_5.png" src="data:image/png;base64,' in page and "<td>train reranker</td>" in page
     # trained on these very posts: every gold paper now outscores the three others of its post
     reranker = CrossEncoderReranker(str(out / "model"))
     papers = read_collection(tmp_path / "c.jsonl")

@@ -52,6 +52,7 @@ from veracity.models.calibrator import LogisticCalibrator, logprob_definition
 from veracity.models.device import resolve_device
 from veracity.models.engine import EngineConfig
 from veracity.rundir import package_versions, write_run_config
+from veracity.train.run_summary import finish_training_run
 
 logger = logging.getLogger(__name__)
 
@@ -297,4 +298,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"{t}: {table_cell(r['tau_cal'])}, {r['coverage']:.3f}"
         for t, r in metrics["risk_control_by_target"].items()))
     print(f"wrote {out / 'calibrator.json'}")
+    finish_training_run(out, None, device=resolve_device(engine_config.device), data={
+        "calib claims": f"{metrics['fit_claims']} fit, {metrics['select_claims']} select C, {metrics['n_certify']} "
+                        f"certify, of {', '.join(metrics['certify_sources'])}"})
     return metrics

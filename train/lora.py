@@ -33,6 +33,7 @@ from veracity.models.registry import resolve_model
 from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, load_records, parse_training_config, resolve_reporting
 from veracity.train.memory import dry_run, peft_parameter_line
+from veracity.train.run_summary import file_facts, finish_training_run
 
 logger = logging.getLogger(__name__)
 
@@ -94,21 +95,42 @@ def loaded_weight_bytes(model_args: Any, config: Any) -> tuple[float, float | No
     return DTYPE_BYTES[dtype], None, dtype
 
 
-def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, half: bool) -> Any:
+def estimate_memory(script: Any, training_args: Any, model_args: Any, half: bool, pairs: bool) -> tuple[Any, dict]:
+    """The dry run's memory estimate for a recipe (``train/memory.py``) and what it assumed. ``pairs``: DPO runs a
+    preference pair's chosen and rejected answers as two rows of one batch. Works on parsed configs and on a run
+    record's plain values alike (``train/report.py`` estimates an interrupted run from its run_config.yaml)."""
     from veracity.train.memory import load_architecture
 
     architecture = script.architecture or model_args.model_name_or_path or "embedded"
     weight_bytes, quantized, weights = loaded_weight_bytes(model_args, load_architecture(architecture))
-    # DPO runs a preference pair's chosen and rejected answers as two rows of one batch
-    batch = training_args.per_device_train_batch_size * (2 if type(training_args).__name__ == "DPOConfig" else 1)
+    batch = training_args.per_device_train_batch_size * (2 if pairs else 1)
     estimate = dry_run(architecture, model_args.lora_target_modules or "all-linear", model_args.lora_r,
                        model_args.lora_alpha, batch, training_args.max_length or 1024,
                        bool(training_args.gradient_checkpointing), dtype_bytes=2 if half else 4,
                        lora_dropout=model_args.lora_dropout, weight_bytes=weight_bytes, quantized_bytes=quantized)
-    print(f"dry run: {architecture}, weights in {weights}, LoRA r={model_args.lora_r} on "
-          f"{model_args.lora_target_modules}, batch {batch} rows x {training_args.max_length} tokens, gradient "
-          f"checkpointing {bool(training_args.gradient_checkpointing)}, {'half' if half else 'full'} precision "
-          "training")
+    assumed = {"architecture": str(architecture), "weights": weights, "lora_r": model_args.lora_r,
+               "lora_target_modules": model_args.lora_target_modules, "batch_rows": batch,
+               "max_length": training_args.max_length,
+               "gradient_checkpointing": bool(training_args.gradient_checkpointing),
+               "precision": "half" if half else "full"}
+    return estimate, assumed
+
+
+def estimate_record(estimate: Any, assumed: dict[str, Any]) -> dict[str, Any]:
+    """The estimate as ``training_summary.json`` keeps it: what it assumed, each part and the total in GiB."""
+    return {**assumed, "total_params": estimate.total_params, "trainable_params": estimate.trainable_params,
+            "weights_gib": estimate.weights_gib, "adapters_gib": estimate.adapters_gib,
+            "optimizer_gib": estimate.optimizer_gib, "activations_gib": estimate.activations_gib,
+            "total_gib": estimate.total_gib}
+
+
+def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, half: bool) -> Any:
+    estimate, assumed = estimate_memory(script, training_args, model_args, half,
+                                        pairs=type(training_args).__name__ == "DPOConfig")
+    print(f"dry run: {assumed['architecture']}, weights in {assumed['weights']}, LoRA r={model_args.lora_r} on "
+          f"{model_args.lora_target_modules}, batch {assumed['batch_rows']} rows x {training_args.max_length} tokens, "
+          f"gradient checkpointing {bool(training_args.gradient_checkpointing)}, {'half' if half else 'full'} "
+          "precision training")
     print("counts: weights as the loader gets them, the adapters and their gradients, AdamW's fp32 states, and the "
           "activations of one micro-batch with every row max_length tokens long (packed rows are; padded batches of "
           "shorter records use less) and fp32 logits; not the CUDA context or allocator slack (≈ 1-3 GiB)")
@@ -199,8 +221,25 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
         write_adapter_card(adapter, trainer, model_dir, script, training_args, model_args, len(train))
         mark_completed(training_args.output_dir, f"adapter in {adapter} on base {model_dir}")
         logger.info("adapter saved to %s", adapter)
+        data = {Path(script.train_file).name: file_facts(script.train_file, len(train))}
+        if evaluation is not None:
+            data[f"{Path(script.eval_file).name} (evaluation)"] = file_facts(script.eval_file, len(evaluation))
+        finish_training_run(training_args.output_dir, trainer, device=str(training_args.device), data=data,
+                            dry_run=recipe_estimate(script, training_args, model_args))
     trainer.accelerator.wait_for_everyone()  # no process returns an adapter folder that is still being written
     return adapter
+
+
+def recipe_estimate(script: TrainScriptArgs, training_args: Any, model_args: Any) -> dict[str, Any] | None:
+    """The dry run's estimate for the recipe this run trained (its report puts the measured peak beside it); None,
+    logged, where it cannot be made (an architecture the dry run does not know)."""
+    half = bool(training_args.bf16 or training_args.fp16)
+    try:
+        return estimate_record(*estimate_memory(script, training_args, model_args, half,
+                                                pairs=type(training_args).__name__ == "DPOConfig"))
+    except (ValueError, OSError, KeyError, AttributeError) as error:  # InputError is a ValueError
+        logger.info("no dry-run estimate for the report (%s)", error)
+        return None
 
 
 def model_init_kwargs(model_args: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from veracity.models.registry import embedded_verifier_dir, float_reranker, reso
 from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, parse_training_config, resolve_reporting
 from veracity.train.label_offsets import fit_label_offsets, fold_into_head, log_probabilities, objective
+from veracity.train.run_summary import finish_training_run
 
 logger = logging.getLogger(__name__)
 ID2LABEL = dict(enumerate(NLI_LABELS))  # 0 entailment, 1 neutral, 2 contradiction
@@ -539,6 +540,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     write_json(Path(training.output_dir) / "metrics.json", report)
     write_verifier_card(final, args, init, stats, results, argv, training.load_best_model_at_end)
     mark_completed(training.output_dir, f"NLI verifier in {final}" + (" (QUICK run)" if args.quick else ""))
+    labels = ", ".join(f"{label} {n:,}" for label, n in sorted(stats["labels"].items()))
+    finish_training_run(training.output_dir, trainer, device=str(run.device), data={
+        "training pairs": f"{stats['pairs']:,} pairs of the train split of {args.prepared_dir} ({labels})"})
     if not args.quick:  # CPU inference through ONNX Runtime (NLIVerifier's auto backend: ready, not made on first use)
         export_model(final)
     if args.install:

@@ -37,6 +37,7 @@ from veracity.models.model_card import command_line, data_licences, hub_id, writ
 from veracity.models.registry import float_reranker, resolve_model
 from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, parse_training_config, resolve_reporting
+from veracity.train.run_summary import finish_training_run
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     write_json(out / "metrics.json", report)
     write_reranker_card(final, args, init, stats, report, argv)
     mark_completed(out, f"reranker in {final}")
+    finish_training_run(out, trainer, device=device, data={
+        "training pairs": f"{stats['pairs']:,} pairs ({stats['positives']:,} gold) of {stats['posts']:,} posts"})
     print(json.dumps({when: {role: {k: round(v, 4) for k, v in m.items() if k.endswith("mrr@5")}
                              for role, m in report[when].items()} for when in ("before", "after")}, indent=1))
     return report

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("@train", "training: the R2VC generator (SFT, DPO, LoRA merge), NLI verifier, calibrator, reranker"),
     "infer": ("@infer", "batch inference: the four pipelines (r2vc, aic, sciclaim, uts), ablations, generation"),
     "eval": ("@eval", "evaluation: each pipeline's scorer, retrieval metrics, a checkpoint's accuracy"),
+    "report": ("veracity.report", "write report.html for a run folder: a training run's or a pipeline run's"),
 }
 # command -> {subcommand: (module, what it does)}; "" is what the bare command runs (`veracity prep` prepares).
 SUBCOMMANDS: dict[str, dict[str, tuple[str, str]]] = {
