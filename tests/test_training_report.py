@@ -245,8 +245,9 @@ def test_a_dpo_runs_report_has_its_rewards_margin_and_accuracy(dpo_dir: Path) ->
 
 
 @pytest.fixture(scope="module")
-def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The hand-made data root with its train / calib / dev splits (conftest's puts every record in dev)."""
+def split_prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The hand-made data root with its train / calib / dev splits (conftest's prepared_dir puts every record in
+    dev, which the task scores read)."""
     from veracity.data_prep.prepare import PrepConfig, prepare
 
     out = tmp_path_factory.mktemp("prep")
@@ -254,23 +255,30 @@ def prepared_dir(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return out
 
 
-def test_an_nli_runs_report_has_its_calib_curves_and_dev_scores_per_source(prepared_dir: Path,
+def test_an_nli_runs_report_has_its_calib_curves_and_dev_scores_per_source(split_prepared_dir: Path,
                                                                             tiny_encoder_dir: Path,
                                                                             tmp_path: Path) -> None:
     out = tmp_path / "nli"
     init = tiny_encoder_dir / ".." / "hf"
-    assert cli.main(["train", "nli", "--prepared_dir", str(prepared_dir), "--init", str(init),
+    assert cli.main(["train", "nli", "--prepared_dir", str(split_prepared_dir), "--init", str(init),
                      "--claim_sources", "vitaminc", "fever_symmetric", "--eval_sources", "vitaminc", "fever_symmetric",
                      "--output_dir", str(out), "--max_steps", "4",
                      "--per_device_train_batch_size", "4", "--learning_rate", "0.001", "--report_to", "auto",
                      "--use_cpu", "true", "--quick", "true", "--install", "false", "--max_length", "64",
                      "--eval_strategy", "steps", "--eval_steps", "2", "--save_steps", "2", "--logging_steps", "1",
-                     "--metric_for_best_model", "eval_calib_macro_f1", "--load_best_model_at_end", "true"]) == 0
+                     "--metric_for_best_model", "eval_calib_macro_f1", "--load_best_model_at_end", "true",
+                     "--task_eval_examples", "2"]) == 0
     history, _ = read_log_history(out)
     curves = history_curves(history)
     calib = [(e["step"], e["eval_calib_macro_f1"]) for e in history if "eval_calib_macro_f1" in e]
     assert list(zip(*curves["macro_f1"]["eval calib"], strict=True)) == calib and len(calib) == 2
     assert set(curves["loss"]) == {"train", "eval calib"}
+    # each saved checkpoint scored as a verifier on 2 dev examples per source (vitaminc has none here: left out)
+    task = json.loads((out / "task_scores" / "checkpoint-4" / "metrics.json").read_text())
+    assert task["fever_symmetric"]["examples"] == 2 and task["vitaminc"]["examples"] == 0
+    assert curves["accuracy"]["eval task"] == ([2.0, 4.0], [curves["accuracy"]["eval task"][1][0],
+                                                            task["fever_symmetric"]["accuracy"]])
+    assert "ece" in curves and "eval task" in curves["ece"]
     page = page_of(out)
     for quantity in ("loss", "macro_f1", "accuracy", "learning_rate"):
         assert png_of(page.images[f"curves/{quantity}.png"]).startswith(PNG), quantity
@@ -281,6 +289,34 @@ def test_an_nli_runs_report_has_its_calib_curves_and_dev_scores_per_source(prepa
     assert f"pairs{json.loads((out / 'metrics.json').read_text())['train']['pairs']}" in page.text
     assert "not measured: this trainer counts no tokens" in page.text
     assert page.header["job"] == "train nli" and "training pairs" in page.header["data"]
+
+
+def test_task_scores_at_each_save_join_the_curves(tiny_lm_dir: Path, prepared_dir: Path, sft_dir: Path,
+                                                  tmp_path: Path) -> None:
+    """--task_eval_examples N scores each checkpoint as it is saved (eval checkpoint's own evaluation, first N dev
+    examples per source): the means join the log history as eval_task_<metric>, drawn with the other curves; off by
+    default (the plain SFT run has none)."""
+    sft_file, _ = write_tiny_training_sets(tmp_path)
+    out = tmp_path / "run"
+    assert cli.main(["train", "sft", "--train_file", str(sft_file), *lora_args(tiny_lm_dir, out, 4),
+                     "--task_eval_examples", "2", "--task_eval_prepared_dir", str(prepared_dir),
+                     "--task_eval_sources", "vitaminc", "fever_symmetric"]) == 0
+    history, _ = read_log_history(out)
+    logged = {e["step"]: e for e in history if "eval_task_accuracy" in e}
+    assert sorted(logged) == [2, 4]
+    for step, entry in logged.items():
+        scored = json.loads((out / "task_scores" / f"checkpoint-{step}" / "metrics.json").read_text())
+        assert set(scored) == {"vitaminc", "fever_symmetric"} and all(m["examples"] == 2 for m in scored.values())
+        for metric in ("accuracy", "macro_f1", "parse_failure_rate"):
+            assert entry[f"eval_task_{metric}"] == pytest.approx(sum(m[metric] for m in scored.values()) / 2)
+    curves = history_curves(history)
+    assert curves["accuracy"]["eval task"] == ([2.0, 4.0], [logged[2]["eval_task_accuracy"],
+                                                            logged[4]["eval_task_accuracy"]])
+    page = page_of(out)
+    for quantity in ("accuracy", "macro_f1", "parse_failure_rate"):
+        assert png_of(page.images[f"curves/{quantity}.png"]).startswith(PNG), quantity
+    plain, _ = read_log_history(sft_dir)
+    assert not any(k.startswith("eval_task_") for e in plain for k in e) and not (sft_dir / "task_scores").exists()
 
 
 def test_every_text_is_escaped(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from veracity.train.task_scores import TASK_SET
+
 # Logged values that are no curve: counters, timings, the run's mean loss (one number, logged at the end).
 SKIPPED = frozenset({"step", "epoch", "total_flos", "train_loss", "num_tokens", "num_input_tokens_seen"})
 # The plots first on the page, in this order; the others follow by name.
@@ -55,9 +57,12 @@ def read_log_history(run_dir: str | Path) -> tuple[list[dict[str, Any]], Path | 
 
 def evaluation_sets(keys: Sequence[str]) -> list[str]:
     """Named evaluation sets, read from the ``eval_<set>_loss`` the Trainer logs for each (``calib`` in
-    ``eval_calib_loss``); a set-less evaluation logs plain ``eval_loss``."""
-    return sorted({k[len("eval_"):-len("_loss")] for k in keys
-                   if k.startswith("eval_") and k.endswith("_loss") and k != "eval_loss"}, key=len, reverse=True)
+    ``eval_calib_loss``; a set-less evaluation logs plain ``eval_loss``), and ``task`` for the checkpoints' task
+    scores (``train/task_scores.py``: ``eval_task_<metric>``, no loss)."""
+    sets = {k[len("eval_"):-len("_loss")] for k in keys if k.startswith("eval_") and k.endswith("_loss")
+            and k != "eval_loss"}
+    sets |= {TASK_SET for k in keys if k.startswith(f"eval_{TASK_SET}_")}
+    return sorted(sets, key=len, reverse=True)
 
 
 def series_of(key: str, sets: Sequence[str] = ()) -> tuple[str, str] | None:

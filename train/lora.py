@@ -51,6 +51,14 @@ class TrainScriptArgs:
         default=False, metadata={"help": "Each process writes ranks/rank<k>.json: the examples it trained on at each "
                                          "step and a digest of its final weights (checks a multi-process launch)."}
     )
+    task_eval_examples: int = field(default=0, metadata={
+        "help": "Score each saved checkpoint on this many dev examples per source of task_eval_sources (eval "
+                "checkpoint's accuracy, macro-F1, parse failures), into the log history and the report's curves; "
+                "0 = off (train/task_scores.py)."})
+    task_eval_sources: list[str] = field(default_factory=lambda: ["vitaminc", "fever_symmetric"], metadata={
+        "help": "With task_eval_examples: the prepared sources whose dev split is scored."})
+    task_eval_prepared_dir: str = field(default="runs/prep", metadata={
+        "help": "With task_eval_examples: the output folder of veracity prep."})
 
 
 def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
@@ -199,6 +207,7 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     quantization = quantization_config(model_args)
     training_args.model_init_kwargs = model_init_kwargs(model_args, training_args.model_init_kwargs)
+    scoring = task_scoring(script, model_dir, str(training_args.device))  # its data checked before any weights load
     trainer = trainer_cls(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
                           processing_class=tokenizer, peft_config=get_peft_config(model_args),
                           quantization_config=quantization)
@@ -211,6 +220,8 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
         logger.info("%s", peft_parameter_line(*trainer.model.get_nb_trainable_parameters()))
     if script.record_ranks:
         RankRecorder().attach(trainer)
+    if scoring is not None:
+        trainer.add_callback(scoring)
     trainer.train(resume_from_checkpoint=last_checkpoint(training_args.output_dir))
     adapter = Path(training_args.output_dir) / "adapter"
     trainer.save_model(str(adapter))  # the Trainer writes on the should_save process only, as below
@@ -240,6 +251,21 @@ def recipe_estimate(script: TrainScriptArgs, training_args: Any, model_args: Any
     except (ValueError, OSError, KeyError, AttributeError) as error:  # InputError is a ValueError
         logger.info("no dry-run estimate for the report (%s)", error)
         return None
+
+
+def task_scoring(script: TrainScriptArgs, model_dir: Path, device: str) -> Any:
+    """The callback scoring each saved checkpoint on the task (``task_eval_examples``), or None when off; a
+    prepared source that is not there stops the run here, not at its first save."""
+    if script.task_eval_examples <= 0:
+        return None
+    from veracity.infer.checkpoint_eval import CheckpointEvalArgs, load_examples
+    from veracity.train.task_scores import task_score_callback
+
+    checked = CheckpointEvalArgs(prepared_dir=script.task_eval_prepared_dir, sources=script.task_eval_sources)
+    for source in script.task_eval_sources:
+        load_examples(checked, source)
+    return task_score_callback("generator", script.task_eval_prepared_dir, script.task_eval_sources,
+                               script.task_eval_examples, base=model_dir, device=device)
 
 
 def model_init_kwargs(model_args: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, parse_training_config, resolve_reporting
 from veracity.train.label_offsets import fit_label_offsets, fold_into_head, log_probabilities, objective
 from veracity.train.run_summary import finish_training_run
+from veracity.train.task_scores import task_score_callback
 
 logger = logging.getLogger(__name__)
 ID2LABEL = dict(enumerate(NLI_LABELS))  # 0 entailment, 1 neutral, 2 contradiction
@@ -117,6 +118,9 @@ class NLIDataArgs:
         "help": "With label_offsets: the evaluation sources whose calib pairs the offsets are fitted on (e.g. "
                 "climate_fever_evidence: the prior of the set whose labels are least like the training mix's). "
                 "Empty = every evaluation source; refused without label_offsets."})
+    task_eval_examples: int = field(default=0, metadata={
+        "help": "Score each saved checkpoint on this many dev examples per evaluation source (eval checkpoint's "
+                "accuracy, macro-F1, ECE, Brier), into the log history and the report's curves; 0 = off."})
     quick: bool = field(default=False, metadata={"help": "A short, labelled quick run (demo; not the verifier)."})
     install: bool = field(default=True, metadata={"help": "Install the result as the embedded verifier."})
     seed_data: int = field(default=13, metadata={"help": "Seed of the pairs' sampling and order (not the model's)."})
@@ -528,7 +532,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.starts > 1:
         stats["starts"] = run_starts(args, training, trainer_for)
         run = start_arguments(training, stats["starts"]["chosen"])
-    trainer = trainer_for(run)
+    scoring = [task_score_callback("nli", args.prepared_dir, args.eval_sources, args.task_eval_examples,
+                                   device=str(run.device))] if args.task_eval_examples > 0 else []
+    trainer = trainer_for(run, scoring)
     trainer.train(resume_from_checkpoint=last_checkpoint(run.output_dir))
     if args.label_offsets:  # after the checkpoints: a rerun of a finished run fits them again from the same model
         stats["label_offsets"] = fold_label_offsets(trainer, tokenizer, args)
