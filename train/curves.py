@@ -26,10 +26,10 @@ ORDER = ("loss", "learning_rate", "grad_norm", "mean_token_accuracy", "rewards",
 PAIRED = ("chosen", "rejected")  # DPO logs these of rewards, log-probs and logits: one plot each, two lines
 TITLES = {
     "loss": "Loss", "learning_rate": "Learning rate", "grad_norm": "Gradient norm (before clipping)",
-    "mean_token_accuracy": "Token accuracy: completion tokens whose most likely token is the target",
-    "rewards": "DPO rewards: β · log π/π_ref of the chosen and the rejected answer",
+    "mean_token_accuracy": "Token accuracy (completion tokens)",  # the most likely token is the target
+    "rewards": "DPO rewards: β · log π/π_ref",
     "rewards/margins": "DPO reward margin (chosen − rejected)",
-    "rewards/accuracies": "DPO reward accuracy: share of pairs with chosen > rejected",
+    "rewards/accuracies": "DPO reward accuracy (chosen > rejected)",
     "entropy": "Entropy of the next-token distribution",
 }
 
