@@ -23,6 +23,7 @@ left out when its weights are the last checkpoint's.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -57,7 +58,7 @@ FINAL = {"generator": "adapter", "nli": "model"}
 class SweepArgs(CheckpointEvalArgs):
     """``eval checkpoint``'s options (the data slice, decoding) plus the run to sweep and the metric that picks."""
 
-    run_dir: str = field(default="", metadata={"help": "The training run folder (also the first positional)."})
+    run_dir: str = field(default="", metadata={"help": "The training run folder (or RUN_DIR, first)."})
     kind: str = field(default="auto", metadata={
         "help": "auto (from the run: train sft/dpo → generator, train nli → nli), generator or nli."})
     output_dir: str | None = field(default=None, metadata={
@@ -219,13 +220,15 @@ def plot(rows: Sequence[dict[str, Any]], columns: Sequence[str], sources: Sequen
 
 
 def make_parser() -> Any:
-    return parser_for((SweepArgs, EngineConfig), "veracity eval checkpoints")
+    parser = parser_for((SweepArgs, EngineConfig), "veracity eval checkpoints")
+    # `veracity eval checkpoints RUN_DIR`: the positional sets the same field as --run_dir
+    parser.add_argument("run_dir", nargs="?", metavar="RUN_DIR", default=argparse.SUPPRESS,
+                        help="The training run folder.")
+    parser.usage = "%(prog)s RUN_DIR [--config YAML] [options]"
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    argv = list(argv or [])
-    if argv and not argv[0].startswith("-"):  # veracity eval checkpoints RUN_DIR …
-        argv = ["--run_dir", argv[0], *argv[1:]]
     args, engine_config = parse_config(make_parser(), argv)
     return sweep(args, engine_config)
 

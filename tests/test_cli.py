@@ -127,6 +127,7 @@ MISSING_PATHS: dict[tuple[str, str], list[str]] = {
     ("infer", "generate"): ["--input", MISSING, "--output_dir", "out"],
     ("eval", "retrieval"): ["--prepared_dir", MISSING],
     ("eval", "checkpoint"): ["--prepared_dir", MISSING],
+    ("eval", "checkpoints"): [MISSING],
     ("eval", "averitec"): ["--predictions", MISSING, "--gold", MISSING],
     ("eval", "r2vc"): ["--predictions", MISSING, "--output_dir", "out"],
     ("eval", "sciclaim"): ["--submission", MISSING, "--gold", MISSING, "--output_dir", "out"],

@@ -101,7 +101,7 @@ def test_unknown_and_not_yet_commands(capsys: pytest.CaptureFixture[str]) -> Non
                                               "merge, nli, calibrator, reranker")
     assert cli.main(["eval", "nonsense"]) == 2
     assert capsys.readouterr().err.startswith("error: veracity eval: unknown subcommand 'nonsense': choose from "
-                                              "retrieval, checkpoint, averitec, r2vc, sciclaim, m4")
+                                              "retrieval, checkpoint, checkpoints, averitec, r2vc, sciclaim, m4")
 
 
 def test_atomic_writer_keeps_the_old_file_on_failure(tmp_path: Path) -> None:
