@@ -4,30 +4,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from veracity.errors import DataError, InputError  # noqa: F401 - the errors every layer raises, named here too
 
 logger = logging.getLogger(__name__)
-
-
-class InputError(ValueError):
-    """Something the user can fix without a traceback: a bad record or file, option value, model name or folder.
-    ``str()`` is one line; ``veracity.cli`` prints it as ``error: <message>`` and exits with status 2."""
-
-
-class DataError(InputError):
-    """A bad input record. ``str()`` reads ``file:line: field 'x': message``."""
-
-    def __init__(self, path: str | Path, line: int | None, message: str, field: str | None = None):
-        self.path = str(path)
-        self.line = line
-        self.field = field
-        self.message = message
-        where = f"{self.path}:{line}" if line is not None else self.path
-        what = f"field '{field}': " if field else ""
-        super().__init__(f"{where}: {what}{message}")
-
-    def as_record(self) -> dict[str, object]:
-        return {"path": self.path, "line": self.line, "field": self.field, "message": self.message}
 
 
 @dataclass

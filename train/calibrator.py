@@ -52,7 +52,7 @@ from veracity.models.calibrator import LogisticCalibrator, logprob_definition
 from veracity.models.device import resolve_device
 from veracity.models.engine import EngineConfig
 from veracity.rundir import package_versions, write_run_config
-from veracity.train.run_summary import finish_training_run
+from veracity.train.report import finish_training_run
 
 logger = logging.getLogger(__name__)
 

@@ -98,3 +98,14 @@ def resolve_reporting(training_args: Any) -> list[str]:
             resolved.append(name)
     training_args.report_to = list(dict.fromkeys(resolved))
     return training_args.report_to
+
+
+def model_init_kwargs(model_args: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the trainer's ``from_pretrained`` gets from the recipe's model fields (``ModelConfig``): its ``dtype``
+    and ``attn_implementation``. TRL loads a model given by path with ``args.model_init_kwargs`` alone, whose dtype
+    defaults to float32, so without this a bf16 recipe trained float32 weights (33 vs 17 GiB on the 8B shape).
+    ``--model_init_kwargs`` (a TRL field) still wins for any key it sets."""
+    kwargs: dict[str, Any] = {"dtype": model_args.dtype or "float32", "revision": model_args.model_revision}
+    if model_args.attn_implementation:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return {**kwargs, **(extra or {})}

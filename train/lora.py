@@ -31,9 +31,16 @@ from veracity.io import mark_completed, sha256_file, write_json
 from veracity.models.model_card import command_line, data_licences, hub_id, write_model_card
 from veracity.models.registry import resolve_model
 from veracity.rundir import write_run_config
-from veracity.train.common import last_checkpoint, load_records, parse_training_config, resolve_reporting
-from veracity.train.memory import dry_run, peft_parameter_line
-from veracity.train.run_summary import file_facts, finish_training_run
+from veracity.train.common import (
+    last_checkpoint,
+    load_records,
+    model_init_kwargs,
+    parse_training_config,
+    resolve_reporting,
+)
+from veracity.train.memory import estimate_memory, estimate_record, peft_parameter_line
+from veracity.train.report import finish_training_run
+from veracity.train.run_summary import file_facts
 
 logger = logging.getLogger(__name__)
 
@@ -80,56 +87,6 @@ def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
     half = any(bool(recipe.get(name)) if given is None else given
                for name, given in (("bf16", known.bf16), ("fp16", known.fp16)))
     return args + ["--bf16", "false", "--fp16", "false", "--use_cpu", "true"], half
-
-
-# bytes per parameter of the weights as the loader gets them (model_init_kwargs' dtype)
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-def loaded_weight_bytes(model_args: Any, config: Any) -> tuple[float, float | None, str]:
-    """(bytes per frozen parameter, bytes per quantized linear parameter or None, a description) of the weights as
-    the trainer's loader gets them: the recipe's and the command line's ``dtype`` (none: float32, as TRL loads a
-    model by path; ``auto``: the architecture's own) and ``load_in_4bit`` / ``load_in_8bit``."""
-    dtype = model_init_kwargs(model_args)["dtype"]
-    if dtype == "auto":
-        dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
-    dtype = dtype.removeprefix("torch.")
-    if dtype not in DTYPE_BYTES:
-        raise InputError(f"--dtype {dtype}: the dry run knows {sorted(DTYPE_BYTES)} and auto")
-    if model_args.load_in_4bit:
-        return DTYPE_BYTES[dtype], 0.5, f"{dtype}, linear layers 4-bit"
-    if model_args.load_in_8bit:
-        return DTYPE_BYTES[dtype], 1.0, f"{dtype}, linear layers 8-bit"
-    return DTYPE_BYTES[dtype], None, dtype
-
-
-def estimate_memory(script: Any, training_args: Any, model_args: Any, half: bool, pairs: bool) -> tuple[Any, dict]:
-    """The dry run's memory estimate for a recipe (``train/memory.py``) and what it assumed. ``pairs``: DPO runs a
-    preference pair's chosen and rejected answers as two rows of one batch. Works on parsed configs and on a run
-    record's plain values alike (``train/report.py`` estimates an interrupted run from its run_config.yaml)."""
-    from veracity.train.memory import load_architecture
-
-    architecture = script.architecture or model_args.model_name_or_path or "embedded"
-    weight_bytes, quantized, weights = loaded_weight_bytes(model_args, load_architecture(architecture))
-    batch = training_args.per_device_train_batch_size * (2 if pairs else 1)
-    estimate = dry_run(architecture, model_args.lora_target_modules or "all-linear", model_args.lora_r,
-                       model_args.lora_alpha, batch, training_args.max_length or 1024,
-                       bool(training_args.gradient_checkpointing), dtype_bytes=2 if half else 4,
-                       lora_dropout=model_args.lora_dropout, weight_bytes=weight_bytes, quantized_bytes=quantized)
-    assumed = {"architecture": str(architecture), "weights": weights, "lora_r": model_args.lora_r,
-               "lora_target_modules": model_args.lora_target_modules, "batch_rows": batch,
-               "max_length": training_args.max_length,
-               "gradient_checkpointing": bool(training_args.gradient_checkpointing),
-               "precision": "half" if half else "full"}
-    return estimate, assumed
-
-
-def estimate_record(estimate: Any, assumed: dict[str, Any]) -> dict[str, Any]:
-    """The estimate as ``training_summary.json`` keeps it: what it assumed, each part and the total in GiB."""
-    return {**assumed, "total_params": estimate.total_params, "trainable_params": estimate.trainable_params,
-            "weights_gib": estimate.weights_gib, "adapters_gib": estimate.adapters_gib,
-            "optimizer_gib": estimate.optimizer_gib, "activations_gib": estimate.activations_gib,
-            "total_gib": estimate.total_gib}
 
 
 def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, half: bool) -> Any:
@@ -266,17 +223,6 @@ def task_scoring(script: TrainScriptArgs, model_dir: Path, device: str) -> Any:
         load_examples(checked, source)
     return task_score_callback("generator", script.task_eval_prepared_dir, script.task_eval_sources,
                                script.task_eval_examples, base=model_dir, device=device)
-
-
-def model_init_kwargs(model_args: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the trainer's ``from_pretrained`` gets from the recipe's model fields (``ModelConfig``): its ``dtype``
-    and ``attn_implementation``. TRL loads a model given by path with ``args.model_init_kwargs`` alone, whose dtype
-    defaults to float32, so without this a bf16 recipe trained float32 weights (33 vs 17 GiB on the 8B shape).
-    ``--model_init_kwargs`` (a TRL field) still wins for any key it sets."""
-    kwargs: dict[str, Any] = {"dtype": model_args.dtype or "float32", "revision": model_args.model_revision}
-    if model_args.attn_implementation:
-        kwargs["attn_implementation"] = model_args.attn_implementation
-    return {**kwargs, **(extra or {})}
 
 
 def quantization_config(model_args: Any) -> Any:

@@ -21,6 +21,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from veracity.data_prep.errors import InputError
+from veracity.train.common import model_init_kwargs
 
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "model_configs"
 GIB = 1024**3
@@ -182,3 +186,51 @@ def dry_run(architecture: str | Path, targets: list[str] | str, rank: int, alpha
         optimizer_gib=12 * trainable / GIB,
         activations_gib=activation_bytes(config, batch, seq, checkpointing, dtype_bytes, targets, lora_dropout) / GIB,
     )
+
+
+# bytes per parameter of the weights as the loader gets them (model_init_kwargs' dtype)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def loaded_weight_bytes(model_args: Any, config: Any) -> tuple[float, float | None, str]:
+    """(bytes per frozen parameter, bytes per quantized linear parameter or None, a description) of the weights as
+    the trainer's loader gets them: the recipe's and the command line's ``dtype`` (none: float32, as TRL loads a
+    model by path; ``auto``: the architecture's own) and ``load_in_4bit`` / ``load_in_8bit``."""
+    dtype = model_init_kwargs(model_args)["dtype"]
+    if dtype == "auto":
+        dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    dtype = dtype.removeprefix("torch.")
+    if dtype not in DTYPE_BYTES:
+        raise InputError(f"--dtype {dtype}: the dry run knows {sorted(DTYPE_BYTES)} and auto")
+    if model_args.load_in_4bit:
+        return DTYPE_BYTES[dtype], 0.5, f"{dtype}, linear layers 4-bit"
+    if model_args.load_in_8bit:
+        return DTYPE_BYTES[dtype], 1.0, f"{dtype}, linear layers 8-bit"
+    return DTYPE_BYTES[dtype], None, dtype
+
+
+def estimate_memory(script: Any, training_args: Any, model_args: Any, half: bool, pairs: bool) -> tuple[Any, dict]:
+    """The dry run's memory estimate for a recipe (``train/memory.py``) and what it assumed. ``pairs``: DPO runs a
+    preference pair's chosen and rejected answers as two rows of one batch. Works on parsed configs and on a run
+    record's plain values alike (``train/report.py`` estimates an interrupted run from its run_config.yaml)."""
+    architecture = script.architecture or model_args.model_name_or_path or "embedded"
+    weight_bytes, quantized, weights = loaded_weight_bytes(model_args, load_architecture(architecture))
+    batch = training_args.per_device_train_batch_size * (2 if pairs else 1)
+    estimate = dry_run(architecture, model_args.lora_target_modules or "all-linear", model_args.lora_r,
+                       model_args.lora_alpha, batch, training_args.max_length or 1024,
+                       bool(training_args.gradient_checkpointing), dtype_bytes=2 if half else 4,
+                       lora_dropout=model_args.lora_dropout, weight_bytes=weight_bytes, quantized_bytes=quantized)
+    assumed = {"architecture": str(architecture), "weights": weights, "lora_r": model_args.lora_r,
+               "lora_target_modules": model_args.lora_target_modules, "batch_rows": batch,
+               "max_length": training_args.max_length,
+               "gradient_checkpointing": bool(training_args.gradient_checkpointing),
+               "precision": "half" if half else "full"}
+    return estimate, assumed
+
+
+def estimate_record(estimate: Any, assumed: dict[str, Any]) -> dict[str, Any]:
+    """The estimate as ``training_summary.json`` keeps it: what it assumed, each part and the total in GiB."""
+    return {**assumed, "total_params": estimate.total_params, "trainable_params": estimate.trainable_params,
+            "weights_gib": estimate.weights_gib, "adapters_gib": estimate.adapters_gib,
+            "optimizer_gib": estimate.optimizer_gib, "activations_gib": estimate.activations_gib,
+            "total_gib": estimate.total_gib}

@@ -48,7 +48,7 @@ from veracity.models.registry import embedded_verifier_dir, float_reranker, reso
 from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, parse_training_config, resolve_reporting
 from veracity.train.label_offsets import fit_label_offsets, fold_into_head, log_probabilities, objective
-from veracity.train.run_summary import finish_training_run
+from veracity.train.report import finish_training_run
 from veracity.train.task_scores import task_score_callback
 
 logger = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,9 +37,9 @@ from veracity.infer.report_html import (
     written_time,
 )
 from veracity.infer.report_text import Html, esc, fmt, kv, table, text
-from veracity.io import atomic_writer, is_completed, sha256_file
+from veracity.io import atomic_writer, is_completed, sha256_file, write_json
 from veracity.train.curves import checkpoint_dirs, history_curves, read_log_history, write_curves
-from veracity.train.run_summary import SUMMARY_FILE, file_facts
+from veracity.train.run_summary import SUMMARY_FILE, file_facts, peak_memory, throughput
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def status_line(run_dir: Path, history: Sequence[Mapping[str, Any]]) -> str:
 
 def estimate_from_record(run_config: Mapping[str, Any]) -> dict[str, Any] | None:
     """The dry run's estimate from a LoRA run's record (an interrupted run wrote no summary holding it)."""
-    from veracity.train.lora import estimate_memory, estimate_record  # lazy: brings transformers
+    from veracity.train.memory import estimate_memory, estimate_record  # lazy: brings transformers
 
     configs = configs_of(run_config)
     if run_config.get("job") not in LORA_JOBS or len(configs) < 3:
@@ -347,3 +348,37 @@ def write_training_report(run_dir: str | Path) -> Path:
         handle.write(page)
     logger.info("wrote %s (%.1f MB)", path, len(page) / 1e6)
     return path
+
+
+def finish_training_run(output_dir: str | Path, trainer: Any | None, *, device: str,
+                        data: Mapping[str, Any] | None = None, dry_run: Mapping[str, Any] | None = None,
+                        extra: Mapping[str, Any] | None = None) -> Path:
+    """Write ``trainer_state.json`` (when there is a trainer), ``training_summary.json`` and ``report.html`` into
+    ``output_dir``. A report that fails to render is a warning, never a failed training run: ``veracity report
+    RUN_DIR`` writes it again.
+
+    Args:
+        output_dir: the run folder.
+        trainer: the Trainer that trained (its state and log history), or None (the calibrator has none).
+        device: where the job trained (``cpu``, ``cuda:0``).
+        data: the training data by name: :func:`file_facts` of a file, or a description.
+        dry_run: the dry run's estimate for the same recipe (LoRA jobs: ``train/lora.py``), or None.
+        extra: anything else the job measured (shown in the report's training section).
+    """
+    folder = Path(output_dir)
+    summary: dict[str, Any] = {"written": datetime.now(UTC).isoformat(timespec="seconds"), "device": device}
+    if trainer is not None:
+        trainer.state.save_to_json(str(folder / "trainer_state.json"))
+        summary["global_step"] = trainer.state.global_step
+        summary["throughput"] = throughput(trainer.state.log_history)
+    summary["peak_memory"] = peak_memory(device)
+    summary["data"] = dict(data or {})
+    summary["dry_run"] = dict(dry_run) if dry_run else None
+    summary.update(extra or {})
+    write_json(folder / SUMMARY_FILE, summary)
+    try:
+        return write_training_report(folder)
+    except Exception as error:  # noqa: BLE001 - the trained model is what the run is for; its page can be remade
+        logger.warning("report.html of %s not written (%s: %s); `veracity report %s` writes it", folder,
+                       type(error).__name__, error, folder)
+        return folder / "report.html"

@@ -37,7 +37,7 @@ from veracity.models.model_card import command_line, data_licences, hub_id, writ
 from veracity.models.registry import float_reranker, resolve_model
 from veracity.rundir import write_run_config
 from veracity.train.common import last_checkpoint, parse_training_config, resolve_reporting
-from veracity.train.run_summary import finish_training_run
+from veracity.train.report import finish_training_run
 
 logger = logging.getLogger(__name__)
 

@@ -13,11 +13,10 @@ import logging
 import resource
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from veracity.io import sha256_file, write_json
+from veracity.io import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -55,39 +54,3 @@ def file_facts(path: str | Path, records: int | None = None) -> dict[str, Any]:
         with path.open("rb") as handle:
             records = sum(1 for line in handle if line.strip())
     return {"file": str(path), "records": records, "sha256": sha256_file(path)}
-
-
-def finish_training_run(output_dir: str | Path, trainer: Any | None, *, device: str,
-                        data: Mapping[str, Any] | None = None, dry_run: Mapping[str, Any] | None = None,
-                        extra: Mapping[str, Any] | None = None) -> Path:
-    """Write ``trainer_state.json`` (when there is a trainer), ``training_summary.json`` and ``report.html`` into
-    ``output_dir``. A report that fails to render is a warning, never a failed training run: ``veracity report
-    RUN_DIR`` writes it again.
-
-    Args:
-        output_dir: the run folder.
-        trainer: the Trainer that trained (its state and log history), or None (the calibrator has none).
-        device: where the job trained (``cpu``, ``cuda:0``).
-        data: the training data by name: :func:`file_facts` of a file, or a description.
-        dry_run: the dry run's estimate for the same recipe (LoRA jobs: ``train/lora.py``), or None.
-        extra: anything else the job measured (shown in the report's training section).
-    """
-    folder = Path(output_dir)
-    summary: dict[str, Any] = {"written": datetime.now(UTC).isoformat(timespec="seconds"), "device": device}
-    if trainer is not None:
-        trainer.state.save_to_json(str(folder / "trainer_state.json"))
-        summary["global_step"] = trainer.state.global_step
-        summary["throughput"] = throughput(trainer.state.log_history)
-    summary["peak_memory"] = peak_memory(device)
-    summary["data"] = dict(data or {})
-    summary["dry_run"] = dict(dry_run) if dry_run else None
-    summary.update(extra or {})
-    write_json(folder / SUMMARY_FILE, summary)
-    from veracity.train.report import write_training_report  # lazy: matplotlib, only at the end of a run
-
-    try:
-        return write_training_report(folder)
-    except Exception as error:  # noqa: BLE001 - the trained model is what the run is for; its page can be remade
-        logger.warning("report.html of %s not written (%s: %s); `veracity report %s` writes it", folder,
-                       type(error).__name__, error, folder)
-        return folder / "report.html"

@@ -43,7 +43,7 @@ def recipe_fields(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, t
         DataError: a file that is missing, not YAML or not a mapping; a ``base`` that names no file (the path
             resolved relative to the recipe, as the error shows) or recipes that include each other.
     """
-    from veracity.data_prep.errors import DataError  # lazy: the record schema is not needed to parse options
+    from veracity.errors import DataError
 
     shown = Path(path)
     path = shown.resolve()
