@@ -38,9 +38,10 @@ from veracity.train.common import (
     parse_training_config,
     resolve_reporting,
 )
-from veracity.train.memory import estimate_memory, estimate_record, peft_parameter_line
+from veracity.train.memory import activations_by_mode, estimate_memory, estimate_record, peft_parameter_line
 from veracity.train.report import finish_training_run
 from veracity.train.run_summary import file_facts
+from veracity.train.speed import SpeedPlan, apply_speed, resolve_speed, trainer_construction
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,13 @@ class TrainScriptArgs:
         "help": "With task_eval_examples: the prepared sources whose dev split is scored."})
     task_eval_prepared_dir: str = field(default="runs/prep", metadata={
         "help": "With task_eval_examples: the output folder of veracity prep."})
+    checkpointing: str | None = field(default=None, metadata={
+        "help": "Activation checkpointing: none, every_layer or selective (every checkpoint_every-th decoder layer "
+                "recomputes, the others keep their activations); unset: gradient_checkpointing decides "
+                "(train/speed.py; the dry run prints each mode's memory).",
+        "choices": ["none", "every_layer", "selective"]})
+    checkpoint_every: int = field(default=2, metadata={
+        "help": "With checkpointing selective: layers 0, n, 2n, ... recompute their forward (n >= 2)."})
 
 
 def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
@@ -92,15 +100,24 @@ def dry_run_argv(argv: Sequence[str] | None) -> tuple[list[str] | None, bool]:
 def print_dry_run(script: TrainScriptArgs, training_args: Any, model_args: Any, half: bool) -> Any:
     estimate, assumed = estimate_memory(script, training_args, model_args, half,
                                         pairs=type(training_args).__name__ == "DPOConfig")
+    ckpt = assumed["checkpointing"].replace("_", " ") + (f" (layers 0, n, 2n, ... with n={assumed['every_n_layers']})"
+                                                        if assumed["checkpointing"] == "selective" else "")
     print(f"dry run: {assumed['architecture']}, weights in {assumed['weights']}, LoRA r={model_args.lora_r} on "
           f"{model_args.lora_target_modules}, batch {assumed['batch_rows']} rows x {training_args.max_length} tokens, "
-          f"gradient checkpointing {bool(training_args.gradient_checkpointing)}, {'half' if half else 'full'} "
-          "precision training")
+          f"gradient checkpointing {ckpt}, {'half' if half else 'full'} precision training, padding-free rows "
+          f"{'yes' if assumed['padding_free'] else 'no'}, Liger kernels {'yes' if assumed['liger'] else 'no'}")
     print("counts: weights as the loader gets them, the adapters and their gradients, AdamW's fp32 states, and the "
           "activations of one micro-batch with every row max_length tokens long (packed rows are; padded batches of "
-          "shorter records use less) and fp32 logits; not the CUDA context or allocator slack (≈ 1-3 GiB)")
+          "shorter records use less), TRL's fused LM head (no fp32 logits)"
+          + (" and the padding-free row's per-record attention mask" if assumed["packed_mask"] else "")
+          + "; not the CUDA context or allocator slack (≈ 1-3 GiB)")
     print(estimate.peft_line())
     print(estimate.table())
+    rest = estimate.total_gib - estimate.activations_gib
+    modes = activations_by_mode(assumed["architecture"], assumed, model_args.lora_dropout)
+    print(f"\n{'checkpointing (this batch)':28} {'layers recomputed':>17} {'activations':>12} {'total per GPU':>14}")
+    for mode, kept, gib in modes:
+        print(f"{mode:28} {kept:>17} {gib:>8.2f} GiB {rest + gib:>10.2f} GiB")
     return estimate
 
 
@@ -122,6 +139,8 @@ def run_job(parser: Any, argv: Sequence[str] | None, train: Any) -> Any:
     script, training_args, model_args = parse_training_config(parser, argv)
     if script.dry_run:
         return print_dry_run(script, training_args, model_args, half)
+    script.speed = resolve_speed(training_args, script.checkpointing, script.checkpoint_every,  # a GPU-only kernel
+                                 model_args.attn_implementation, str(training_args.device))  # on a CPU stops here
     resolve_reporting(training_args)  # `auto`: TensorBoard where installed; a missing asked-for one stops here
     quantization_config(model_args)  # a quantized recipe without bitsandbytes stops here, before anything is written
     check_process_group(training_args)
@@ -165,9 +184,12 @@ def train_lora(trainer_cls: Any, fields: tuple[str, ...], model_dir: Path, scrip
     quantization = quantization_config(model_args)
     training_args.model_init_kwargs = model_init_kwargs(model_args, training_args.model_init_kwargs)
     scoring = task_scoring(script, model_dir, str(training_args.device))  # its data checked before any weights load
-    trainer = trainer_cls(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
-                          processing_class=tokenizer, peft_config=get_peft_config(model_args),
-                          quantization_config=quantization)
+    speed = getattr(script, "speed", None) or SpeedPlan()
+    with trainer_construction(training_args, speed):
+        trainer = trainer_cls(model=str(model_dir), args=training_args, train_dataset=train, eval_dataset=evaluation,
+                              processing_class=tokenizer, peft_config=get_peft_config(model_args),
+                              quantization_config=quantization)
+    apply_speed(trainer, speed)  # the selective layer spacing, DPO's unpadded rows
     # TRL writes its own README.md into the run folder at every checkpoint (a card of "[None]" and a generic quick
     # start); the run's card is the project's, written beside the adapter (write_adapter_card)
     trainer.create_model_card = lambda *args, **kwargs: None
