@@ -8,13 +8,14 @@ RUN_DIR is the folder of a ``veracity train sft|dpo`` run (a generator: each ``c
 ``checkpoint-*`` and the final ``model``); the run's ``run_config.yaml`` says which, and which base model. Each is
 scored by ``veracity eval checkpoint``'s own evaluation (:func:`~veracity.infer.checkpoint_eval.evaluate_checkpoint`:
 accuracy, macro-F1, the majority baseline; a generator's parse-failure and quote-format rates; a verifier's ECE and
-Brier) on the prepared split, into ``<output_dir>/<checkpoint>/``; then:
+Brier) on the prepared split, into ``<output_dir>/<checkpoint>/`` — a generator's base model too, as step 0 (what
+training started from: did it help?); then:
 
 - ``table.json`` and ``table.md``: one row per checkpoint by training step, each metric averaged over the sources
   (``<metric>``) and per source (``<source>/<metric>``);
 - ``<metric>.png``: each metric against the training step, one line per source and their mean;
-- ``best.json``: the checkpoint with the highest ``--metric`` (mean over the sources; the lowest for a metric where
-  lower is better: ECE, Brier, parse failures), what ``veracity train merge --checkpoint best`` merges.
+- ``best.json``: the trained checkpoint with the highest ``--metric`` (mean over the sources; the lowest for a metric
+  where lower is better: ECE, Brier, parse failures), what ``veracity train merge --checkpoint best`` merges.
 
 Resumable: a checkpoint already scored under the same data slice, engine and decoding options, whose weights have not
 changed, is not scored again; a changed slice, engine or option scores every checkpoint again. The final adapter is
@@ -42,6 +43,7 @@ from veracity.infer.plots import lines_over_steps
 from veracity.io import write_json
 from veracity.models.engine import EngineConfig
 from veracity.models.fingerprint import model_fingerprint
+from veracity.models.registry import resolve_model
 from veracity.rundir import read_run_config, to_plain
 
 logger = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ COLUMNS = {"generator": ("accuracy", "macro_f1", "parse_failure_rate", "quote_fo
            "nli": ("accuracy", "macro_f1", "ece", "brier")}
 # what a run's final weights are called, by kind
 FINAL = {"generator": "adapter", "nli": "model"}
+BASE = "base"  # the row of a generator's base model, without an adapter
 
 
 @dataclass
@@ -63,6 +66,8 @@ class SweepArgs(CheckpointEvalArgs):
         "help": "auto (from the run: train sft/dpo → generator, train nli → nli), generator or nli."})
     output_dir: str | None = field(default=None, metadata={
         "help": "Where the scores go (default RUN_DIR/checkpoints)."})
+    include_base: bool = field(default=True, metadata={
+        "help": "Score the generator's base model too, as step 0 (what training started from; never chosen best)."})
     metric: str = field(default="macro_f1", metadata={
         "help": "The metric that picks the best checkpoint (its mean over the sources): accuracy, macro_f1, or "
                 "parse_failure_rate / quote_format_rate (generator), ece / brier (nli)."})
@@ -139,13 +144,15 @@ def find_checkpoints(run_dir: Path, kind: str) -> list[Checkpoint]:
 
 def checkpoint_configs(args: SweepArgs, engine_config: EngineConfig, kind: str, base: str, checkpoint: Checkpoint,
                        out: Path) -> tuple[CheckpointEvalArgs, EngineConfig]:
-    """``eval checkpoint``'s configs for one checkpoint: its folder as the adapter (generator) or verifier (nli)."""
+    """``eval checkpoint``'s configs for one checkpoint: its folder as the adapter (generator) or verifier (nli);
+    the base row, the base model alone."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(CheckpointEvalArgs)}
     values.update(kind=kind, output_dir=str(out / checkpoint.name))
     if kind == "nli":
         values["nli_model"] = str(checkpoint.path)
         return CheckpointEvalArgs(**values), engine_config
-    return CheckpointEvalArgs(**values), dataclasses.replace(engine_config, model=base, adapter=str(checkpoint.path))
+    adapter = None if checkpoint.name == BASE else str(checkpoint.path)
+    return CheckpointEvalArgs(**values), dataclasses.replace(engine_config, model=base, adapter=adapter)
 
 
 def sweep_key(args: CheckpointEvalArgs, engine_config: EngineConfig, checkpoint: Checkpoint) -> dict[str, Any]:
@@ -186,8 +193,9 @@ def table(scores: dict[Checkpoint, dict[str, Any]], columns: Sequence[str]) -> l
 
 
 def best_row(rows: Sequence[dict[str, Any]], metric: str) -> dict[str, Any] | None:
-    """The row with the best ``metric`` (lowest for :data:`LOWER_IS_BETTER`); the earliest step on a tie."""
-    scored = [r for r in rows if r.get(metric) is not None]
+    """The trained row with the best ``metric`` (lowest for :data:`LOWER_IS_BETTER`); the earliest step on a tie.
+    The base row is there to compare with, never chosen."""
+    scored = [r for r in rows if r.get(metric) is not None and r["checkpoint"] != BASE]
     if not scored:
         return None
     sign = -1 if metric in LOWER_IS_BETTER else 1
@@ -251,6 +259,8 @@ def sweep(args: SweepArgs, engine_config: EngineConfig) -> dict[str, Any]:
         raise InputError(f"{run_dir}: no checkpoint-* folders and no final {FINAL[kind]}/ to score")
     out = Path(args.output_dir) if args.output_dir else run_dir / "checkpoints"
     base = base_model(run_dir, run_config)
+    if kind == "generator" and args.include_base:  # what training started from: did it help the verdicts?
+        checkpoints.insert(0, Checkpoint(BASE, 0, resolve_model("chat_lm", base)))
     scores = {}
     for checkpoint in checkpoints:
         eval_args, eval_engine = checkpoint_configs(args, engine_config, kind, base, checkpoint, out)

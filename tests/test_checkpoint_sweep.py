@@ -50,10 +50,11 @@ def test_every_checkpoint_is_scored_and_the_best_is_merged(sft_run: Path, prepar
 
     monkeypatch.setattr(sweep_module, "evaluate_checkpoint", counted)
     assert sweep(sft_run, prepared_dir) == 0
-    assert scored == ["checkpoint-2", "checkpoint-4"], "the final adapter is checkpoint-4's weights: not scored twice"
+    assert scored == ["base", "checkpoint-2", "checkpoint-4"], "the final adapter is checkpoint-4's: not twice"
     out = sft_run / "checkpoints"
     table = json.loads((out / "table.json").read_text())
-    assert [(r["checkpoint"], r["step"]) for r in table["rows"]] == [("checkpoint-2", 2), ("checkpoint-4", 4)]
+    assert [(r["checkpoint"], r["step"]) for r in table["rows"]] == [("base", 0), ("checkpoint-2", 2),
+                                                                      ("checkpoint-4", 4)]
     for row in table["rows"]:  # each metric: the mean of its two sources
         metrics = {s: json.loads((out / row["checkpoint"] / "metrics.json").read_text())[s]
                    for s in ("vitaminc", "fever_symmetric")}
@@ -62,7 +63,7 @@ def test_every_checkpoint_is_scored_and_the_best_is_merged(sft_run: Path, prepar
         assert row["vitaminc/parse_failure_rate"] == metrics["vitaminc"]["parse_failure_rate"]
         assert "quote_format_rate" in row
     best = json.loads((out / "best.json").read_text())
-    top = max(table["rows"], key=lambda r: (r["macro_f1"], -r["step"]))
+    top = max(table["rows"][1:], key=lambda r: (r["macro_f1"], -r["step"]))  # the base row is never chosen
     assert best["checkpoint"] == table["best"] == top["checkpoint"] and best["metric"] == "macro_f1"
     assert best["path"] == str(sft_run / top["checkpoint"])
     assert {p.name for p in out.glob("*.png")} == {f"{m}.png" for m in table["columns"]}
@@ -72,13 +73,13 @@ def test_every_checkpoint_is_scored_and_the_best_is_merged(sft_run: Path, prepar
     scored.clear()
     assert sweep(sft_run, prepared_dir) == 0 and scored == []
     assert sweep(sft_run, prepared_dir, "--max_examples", "1") == 0
-    assert scored == ["checkpoint-2", "checkpoint-4"]
+    assert scored == ["base", "checkpoint-2", "checkpoint-4"]
 
     # the best by another metric
     assert sweep(sft_run, prepared_dir, "--max_examples", "1", "--metric", "parse_failure_rate") == 0
     chosen = json.loads((out / "best.json").read_text())
     rows = json.loads((out / "table.json").read_text())["rows"]
-    assert chosen["value"] == min(r["parse_failure_rate"] for r in rows)
+    assert chosen["value"] == min(r["parse_failure_rate"] for r in rows[1:])
 
     # train merge --checkpoint best merges that one, on the run's own base
     capsys.readouterr()
