@@ -1,31 +1,38 @@
-"""Training speed and memory of the LoRA recipes, variant beside variant, in one process (issue #49).
+"""Training speed and memory of the LoRA recipes, variant beside variant, in one process (issues #49, #64).
 
 Usage: python bench/train.py [--architecture llama31_8b | tiny | CONFIG.json] [--model FOLDER]
                              [--sft_recipe configs/train/sft_lora_nemotron8b.yaml]
                              [--dpo_recipe configs/train/dpo_lora_nemotron8b.yaml]
                              [--train_file runs/prep/training/sft.jsonl] [--dpo_file runs/prep/training/dpo.jsonl]
-                             [--variants shipped packing padding_free no_checkpointing] [--steps 4] [--warmup 1]
+                             [--variants shipped no_checkpointing no_checkpointing+padding_free ...]
+                             [--rounds 2] [--steps 4] [--warmup 1] [--max_minutes M]
 
 Each variant trains the recipe's LoRA with TRL (SFT, then DPO) for ``warmup + steps`` optimizer steps on the same
 records with the same seed, on random weights of ``--architecture`` built directly on the device in the recipe's
-dtype (no download, no checkpoint: real-scale timings need no weights), or on ``--model``'s weights. It prints the
+dtype (no download, no checkpoint: real-scale timings need no weights), or on ``--model``'s weights. The variants run
+``--rounds`` times, in a rotated order each round (round r starts with the r-th variant), so no variant always pays
+for running first; the table gives the median over the rounds and the spread ((max - min) / median). It prints the
 device, library versions and CPU flags, then per variant: optimizer steps timed, s/step, non-padding and total
-tokens/s, peak allocated memory (CUDA), model FLOP utilisation and the mean loss of the timed steps.
+tokens/s (total: the tokens the model ran, padding included), model FLOPs per step and MFU, the peak allocated memory
+(``torch.cuda.max_memory_allocated``, reset before each run; on a CPU not measured), the dry run's estimate for the
+largest micro-batch the variant ran (train/memory.py) and the mean loss of the timed steps (same records and seed:
+variants that train the same examples per step should agree; packing groups other records into its rows).
 
-Variants (each the recipe plus):
-- ``shipped``: nothing changed (the recipe's batch, accumulation and gradient checkpointing);
-- ``packing``: ``packing: true`` (TRL's best-fit-decreasing packing, padding-free rows);
-- ``padding_free``: ``padding_free: true`` without packing (rows concatenated, no padding);
-- ``no_checkpointing``: gradient checkpointing off at the largest of ``--batches`` whose peak stays under
-  ``--memory_limit_gib``, accumulation scaled to keep the recipe's examples per step;
-- ``packing_no_checkpointing``: both (the batch search as above, over packed rows).
-Padding-free rows rely on the attention kernel seeing sequence boundaries: transformers builds a block-diagonal
-mask from ``position_ids`` for SDPA and eager attention, and flash attention reads ``cu_seq_lens``.
+A variant is ``shipped`` (the recipe) or the recipe plus ``+``-joined parts, each a recipe field (train/speed.py):
+``packing`` (SFT: TRL's best-fit packing, padding-free rows), ``padding_free`` (rows concatenated, no padding; DPO:
+veracity unpads the pairs), ``liger`` (use_liger_kernel), ``no_checkpointing``, ``selective`` (checkpointing
+selective, every ``--checkpoint_every``-th layer), ``flex`` / ``flash`` / ``eager`` (attn_implementation
+flex_attention / flash_attention_2 / eager). A variant with ``no_checkpointing`` or ``selective`` takes the largest of
+``--batches`` whose peak stays under ``--memory_limit_gib`` (searched in the first round, kept after), accumulation
+scaled to keep the recipe's examples per step.
 
-FLOPs counted per trained token: SFT 4·N (forward 2·N + input gradients 2·N through the frozen base; the LoRA
-weight gradients, attention's s² term and checkpointing's recomputed forward are left out), DPO 6·N (the same plus
-the reference forward with the adapter off). N = the base's parameters. MFU divides by ``--peak_tflops`` or the
-device's dense bf16 peak from :data:`PEAK_TFLOPS`.
+FLOPs counted per optimizer step (:func:`model_flops`), on the non-padding tokens only: SFT 4 FLOPs per matmul
+parameter and token (forward 2 + the input gradients 2 through the frozen base), DPO 6 (plus the reference forward);
+the LM head only on the tokens with a label (TRL's fused head scores no other), the embeddings not at all (a lookup);
+attention 6·L·d·s² per record of s tokens (causal: forward 2·L·d·s², backward 4·L·d·s²; d = heads x head_dim), DPO
+8·L·d·s². Left out: the LoRA adapters' own FLOPs (< 1% at r=16), checkpointing's recomputed forward, and the masked
+blocks an SDPA kernel computes for a padded or padding-free row. MFU divides by ``--peak_tflops`` or the device's dense
+bf16 peak from :data:`PEAK_TFLOPS`.
 """
 
 from __future__ import annotations
@@ -34,12 +41,24 @@ import argparse
 import gc
 import json
 import platform
+import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from train_figures import (  # bench/train_figures.py: the pure arithmetic, tested on hand-made numbers
+    PARTS,
+    batch_counts,
+    median_spread,
+    mfu,
+    model_flops,
+    rotation,
+    searches_batch,
+    variant_fields,
+)
 
 from veracity.config import load_config_values
 
@@ -49,7 +68,22 @@ PEAK_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.0, "A10"
 # the tiny shape: the Llama-3.1-8B architecture shrunk (a CPU correctness check, not a timing)
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 16384}
-VARIANTS = ("shipped", "packing", "padding_free", "no_checkpointing", "packing_no_checkpointing")
+VARIANTS = ("shipped", "packing", "padding_free", "no_checkpointing", "no_checkpointing+padding_free")
+
+
+@dataclass
+class Measure:
+    """One run of one variant."""
+
+    seconds: float
+    steps: int
+    nonpad: int
+    total: int
+    flops: float
+    loss: float
+    peak_gib: float | None
+    max_tokens: int  # the largest micro-batch the model ran
+    checkpointed: int  # decoder layers that recomputed their forward, read from the model after training
 
 
 @dataclass
@@ -57,15 +91,13 @@ class Row:
     job: str
     variant: str
     settings: str
-    steps: int = 0
-    seconds_per_step: float | None = None
-    nonpad_tokens_per_s: float | None = None
-    total_tokens_per_s: float | None = None
-    peak_gib: float | None = None
-    mfu: float | None = None
-    loss: float | None = None
+    runs: list[Measure] = field(default_factory=list)
+    dry_run_gib: float | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def median(self, rate: str) -> float | None:
+        return median_spread([getattr(m, rate) / m.seconds for m in self.runs])[0] if self.runs else None
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -77,32 +109,40 @@ def make_parser() -> argparse.ArgumentParser:
                         help="Tokenizer for random weights: a chat_lm role name or folder (ids must fit the vocab).")
     parser.add_argument("--sft_recipe", default=str(ROOT / "configs/train/sft_lora_nemotron8b.yaml"))
     parser.add_argument("--dpo_recipe", default=str(ROOT / "configs/train/dpo_lora_nemotron8b.yaml"))
-    parser.add_argument("--train_file", default="runs/prep/training/sft.jsonl", help="SFT records.")
+    parser.add_argument("--train_file", default="runs/prep/training/sft.jsonl", help="SFT records; '' skips SFT.")
     parser.add_argument("--dpo_file", default="runs/prep/training/dpo.jsonl", help="DPO records; '' skips DPO.")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--steps", type=int, default=4, help="Optimizer steps timed per variant.")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS),
+                        help=f"shipped, or parts joined by '+': {', '.join(PARTS)}.")
+    parser.add_argument("--rounds", type=int, default=2, help="Runs of every variant, in rotated order.")
+    parser.add_argument("--steps", type=int, default=4, help="Optimizer steps timed per run.")
     parser.add_argument("--warmup", type=int, default=1, help="Optimizer steps run first and not timed.")
     parser.add_argument("--batches", type=int, nargs="+", default=[16, 8],
-                        help="no_checkpointing: per-device batches tried, largest first.")
+                        help="no_checkpointing / selective: per-device batches tried, largest first.")
+    parser.add_argument("--checkpoint_every", type=int, default=2, help="selective: every n-th layer recomputes.")
     parser.add_argument("--memory_limit_gib", type=float, default=None,
-                        help="no_checkpointing: a batch 'fits' when its peak stays under this (default: the device).")
+                        help="A searched batch 'fits' when its peak stays under this (default: the device's memory).")
     parser.add_argument("--max_length", type=int, default=None, help="Override the recipes' max_length.")
     parser.add_argument("--batch", type=int, default=None, help="Override the recipes' per-device batch.")
     parser.add_argument("--accumulation", type=int, default=None, help="Override the recipes' accumulation.")
     parser.add_argument("--peak_tflops", type=float, default=None, help="MFU denominator (default: by device name).")
+    parser.add_argument("--max_minutes", type=float, default=None,
+                        help="Start no run after this many minutes; the runs left out are noted in the table.")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N.")
     parser.add_argument("--json", help="Also write the rows as JSON here.")
     return parser
 
 
 def environment(device: str) -> dict[str, Any]:
-    import peft
-    import torch
-    import transformers
-    import trl
+    import importlib.metadata
 
-    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                            "transformers": transformers.__version__, "trl": trl.__version__, "peft": peft.__version__}
+    import torch
+
+    info: dict[str, Any] = {"python": platform.python_version()}
+    for package in ("torch", "transformers", "trl", "peft", "liger-kernel", "flash-attn"):
+        try:
+            info[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            info[package] = "not installed"
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(device)
         info.update(device=props.name, device_memory_gib=round(props.total_memory / 2**30, 1),
@@ -124,25 +164,27 @@ def peak_tflops(name: str, given: float | None) -> float | None:
     return next((peak for key, peak in PEAK_TFLOPS.items() if key in name), None)
 
 
+def architecture(args: argparse.Namespace) -> Any:
+    from veracity.train.memory import load_architecture
+
+    config = load_architecture(args.model or ("llama31_8b" if args.architecture == "tiny" else args.architecture))
+    if args.architecture == "tiny" and not args.model:  # the 8B architecture, shrunk, its vocabulary the tokenizer's
+        for key, value in {**TINY, "vocab_size": getattr(args, "vocab_size", config.vocab_size)}.items():
+            setattr(config, key, value)
+    return config
+
+
 def build_model(args: argparse.Namespace, dtype: Any, attn: str | None, device: str) -> Any:
     """Random weights of the architecture built on the device (or the folder's weights), in ``dtype``."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from veracity.train.memory import load_architecture
-
     kwargs = {"attn_implementation": attn} if attn else {}
     if args.model:
         return AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, **kwargs).to(device)
-    config = load_architecture("llama31_8b" if args.architecture == "tiny" else args.architecture)
-    if args.architecture == "tiny":  # the 8B architecture, shrunk
-        for key, value in TINY.items():
-            setattr(config, key, value)
-    for key, value in kwargs.items():
-        setattr(config, f"_{key}" if key == "attn_implementation" else key, value)
     torch.manual_seed(0)
     with torch.device(device):
-        return AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+        return AutoModelForCausalLM.from_config(architecture(args), dtype=dtype, **kwargs)
 
 
 def load_tokenizer(args: argparse.Namespace) -> Any:
@@ -160,16 +202,14 @@ def load_tokenizer(args: argparse.Namespace) -> Any:
 
 
 class TokenCounter:
-    """Wraps the trainer's collator: non-padding and total tokens of every micro-batch, in order."""
+    """Wraps the trainer's collator: :func:`batch_counts` of every micro-batch, in order."""
 
-    def __init__(self, collator: Any):
-        self.collator, self.counts = collator, []
+    def __init__(self, collator: Any, unpadded: bool):
+        self.collator, self.unpadded, self.counts = collator, unpadded, []
 
     def __call__(self, examples: Any) -> Any:
         batch = self.collator(examples)
-        mask = batch.get("attention_mask")
-        total = int(batch["input_ids"].numel())
-        self.counts.append((int(mask.sum()) if mask is not None else total, total))
+        self.counts.append(batch_counts(batch, self.unpadded))
         return batch
 
 
@@ -196,102 +236,115 @@ def step_timer() -> Any:
     return StepTimer()
 
 
-def trainer_args(job: str, recipe: dict[str, Any], overrides: dict[str, Any], steps: int, out: str,
-                 device: str) -> Any:
+def trainer_args(job: str, recipe: dict[str, Any], fields: dict[str, Any], steps: int, out: str, device: str) -> Any:
     from trl import DPOConfig, SFTConfig
 
-    keep = {k: v for k, v in recipe.items() if k in {f for f in (SFTConfig if job == "sft" else DPOConfig)
-                                                     .__dataclass_fields__}}
-    values = {**keep, **overrides, "max_steps": steps, "output_dir": out, "save_strategy": "no", "report_to": "none",
+    config_cls = SFTConfig if job == "sft" else DPOConfig
+    keep = {k: v for k, v in {**recipe, **fields}.items() if k in config_cls.__dataclass_fields__}
+    values = {**keep, "max_steps": steps, "output_dir": out, "save_strategy": "no", "report_to": "none",
               "logging_steps": 1, "disable_tqdm": True, "dataloader_num_workers": 0, "warmup_steps": 0,
               "use_cpu": device == "cpu"}
+    if values.get("padding_free") and not values.get("packing") and job == "sft":
+        values["max_length"] = None  # TRL cuts only packed or padded rows: records go in whole (train/speed.py)
     if device == "cpu":
         values["bf16"] = False
     values.pop("num_train_epochs", None)
-    return (SFTConfig if job == "sft" else DPOConfig)(**values)
+    return config_cls(**values)
 
 
-def run_variant(job: str, variant: str, overrides: dict[str, Any], recipe: dict[str, Any], records: list[dict],
-                tokenizer: Any, args: argparse.Namespace, device: str, flops_per_token: float | None,
-                peak: float | None) -> Row:
+def settings_of(config: Any, plan: Any) -> str:
+    ckpt = {"none": "none", "every_layer": "every layer", "selective": f"selective n={plan.every_n_layers}"}
+    parts = [f"batch {config.per_device_train_batch_size} x {config.gradient_accumulation_steps}",
+             f"ckpt {ckpt[plan.checkpointing]}"]
+    parts += [name for name, on in (("packing", getattr(config, "packing", False)),
+                                    ("padding-free", plan.padding_free), ("liger", plan.liger)) if on]
+    return ", ".join(parts + ([plan.attention] if plan.attention not in (None, "sdpa") else []))
+
+
+def run_once(job: str, fields: dict[str, Any], recipe: dict[str, Any], records: list[dict], tokenizer: Any,
+             args: argparse.Namespace, device: str) -> tuple[Measure | None, str, str, Any]:
+    """One run: (its measure or None, its settings, a note, the dry run's GiB for its largest micro-batch)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
-    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+    from trl import DPOTrainer, SFTTrainer
 
-    fields = (SFTConfig if job == "sft" else DPOConfig).__dataclass_fields__
-    if job == "dpo" and variant not in ("shipped", "no_checkpointing"):  # TRL 1.16's DPO: no packing, padding_free off
-        return Row(job, variant, "–", note="not available in TRL's DPO trainer")
-    if any(k not in fields for k in overrides):
-        return Row(job, variant, "–", note=f"not an option of TRL's {job.upper()} trainer")
-    settings = (f"batch {overrides.get('per_device_train_batch_size', recipe['per_device_train_batch_size'])} x "
-                f"{overrides.get('gradient_accumulation_steps', recipe['gradient_accumulation_steps'])}, "
-                f"ckpt {overrides.get('gradient_checkpointing', recipe.get('gradient_checkpointing', False))}"
-                + "".join(f", {k} {v}" for k, v in overrides.items() if k in ("packing", "padding_free") and v))
-    row = Row(job, variant, settings)
+    from veracity.data_prep.errors import InputError
+    from veracity.train.speed import apply_speed, checkpointed_layers, resolve_speed, trainer_construction
+
     dtype = getattr(torch, recipe.get("dtype") or "float32") if device != "cpu" else torch.float32
+    attention = fields.get("attn_implementation", recipe.get("attn_implementation"))
+    model = trainer = None
     if device != "cpu":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    model = trainer = None
     try:
-        model = build_model(args, dtype, recipe.get("attn_implementation"), device)
-        n_params = sum(p.numel() for p in model.parameters())
-        lora = LoraConfig(r=recipe["lora_r"], lora_alpha=recipe["lora_alpha"], lora_dropout=recipe["lora_dropout"],
-                          target_modules=recipe["lora_target_modules"], task_type="CAUSAL_LM")
-        total_steps = args.warmup + args.steps
         with tempfile.TemporaryDirectory() as out:
-            config = trainer_args(job, recipe, overrides, total_steps, out, device)
-            accumulation = config.gradient_accumulation_steps
+            config = trainer_args(job, recipe, fields, args.warmup + args.steps, out, device)
+            plan = resolve_speed(config, fields.get("checkpointing", recipe.get("checkpointing")),
+                                 fields.get("checkpoint_every", args.checkpoint_every), attention, device)
+            settings = settings_of(config, plan)
+            model = build_model(args, dtype, attention, device)
+            embed, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+            base = sum(p.numel() for p in model.parameters())
+            matmul = base - head.numel() - (embed.numel() if embed.data_ptr() != head.data_ptr() else 0)
+            lora = LoraConfig(r=recipe["lora_r"], lora_alpha=recipe["lora_alpha"], task_type="CAUSAL_LM",
+                              lora_dropout=recipe["lora_dropout"], target_modules=recipe["lora_target_modules"])
             packs = 8 if getattr(config, "packing", False) else 1  # a packed row holds several records
-            needed = total_steps * accumulation * config.per_device_train_batch_size * packs
+            needed = (args.warmup + args.steps) * config.gradient_accumulation_steps * \
+                config.per_device_train_batch_size * packs
             data = Dataset.from_list((records * (needed // len(records) + 1))[:needed])
-            cls = SFTTrainer if job == "sft" else DPOTrainer
-            trainer = cls(model=model, args=config, train_dataset=data, processing_class=tokenizer, peft_config=lora)
-            counter = TokenCounter(trainer.data_collator)
+            with trainer_construction(config, plan):
+                trainer = (SFTTrainer if job == "sft" else DPOTrainer)(
+                    model=model, args=config, train_dataset=data, processing_class=tokenizer, peft_config=lora)
+            apply_speed(trainer, plan)
+            counter = TokenCounter(trainer.data_collator, plan.unpad_dpo)
             trainer.data_collator = counter
             timer = step_timer()
             trainer.add_callback(timer)
             trainer.train()
-        timed = timer.ends[args.warmup:]
-        seconds = timed[-1] - timer.ends[args.warmup - 1] if args.warmup else timed[-1] - timed[0]
-        n_timed = len(timed) if args.warmup else len(timed) - 1
-        per_step = accumulation  # micro-batches per optimizer step, in the order the collator saw them
-        counted = counter.counts[args.warmup * per_step if args.warmup else per_step:len(timer.ends) * per_step]
-        nonpad, total = sum(c[0] for c in counted), sum(c[1] for c in counted)
-        row.steps, row.seconds_per_step = n_timed, seconds / n_timed
-        row.nonpad_tokens_per_s, row.total_tokens_per_s = nonpad / seconds, total / seconds
-        row.loss = sum(timer.losses[args.warmup:]) / max(len(timer.losses[args.warmup:]), 1)
-        if device != "cpu":
-            row.peak_gib = torch.cuda.max_memory_allocated(device) / 2**30
-        if flops_per_token and peak:
-            row.mfu = (flops_per_token * n_params) * total / seconds / (peak * 1e12)
-        row.extra = {"params": n_params, "nonpad_tokens": nonpad, "total_tokens": total}
+        per_step = config.gradient_accumulation_steps  # micro-batches per optimizer step, as the collator saw them
+        first = args.warmup if args.warmup else 1
+        seconds = timer.ends[-1] - timer.ends[first - 1]
+        counted = counter.counts[first * per_step:len(timer.ends) * per_step]
+        sums = {key: sum(c[key] for c in counted) for key in ("nonpad", "total", "scored", "sum_sq")}
+        layers = model.config.num_hidden_layers
+        flops = model_flops(job, matmul, head.numel(), sums["nonpad"], sums["scored"], sums["sum_sq"], layers,
+                            model.config.num_attention_heads * model.config.head_dim)
+        losses = timer.losses[args.warmup:]
+        checkpointed = sum(bool(getattr(layer, "gradient_checkpointing", False)) for layer in
+                           trainer.model.get_base_model().model.layers)
+        measure = Measure(seconds=seconds, steps=len(timer.ends) - first, nonpad=sums["nonpad"], total=sums["total"],
+                          flops=flops, loss=sum(losses) / max(len(losses), 1),
+                          peak_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device != "cpu" else None,
+                          max_tokens=max(c["total"] for c in counter.counts), checkpointed=checkpointed)
+        dry = dry_run_gib(model.config, base, trainer, recipe, plan, measure.max_tokens, dtype)
+        if checkpointed != checkpointed_layers(layers, plan.checkpointing, plan.every_n_layers):
+            return measure, settings, f"{checkpointed} layers checkpointed, the dry run assumes otherwise", dry
+        return measure, settings, "", dry
+    except InputError as error:  # a kernel this device lacks: the recipe would stop the same way
+        return None, "–", f"error: {error}", None
     except Exception as error:  # one variant failing (out of memory, a kernel missing) must not lose the others
-        row.note = f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
-        if device != "cpu":
-            row.peak_gib = torch.cuda.max_memory_allocated(device) / 2**30
+        peak = f" (peak {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB)" if device != "cpu" else ""
+        return None, "–", f"{type(error).__name__}: {' '.join(str(error).split())[:160]}{peak}", None
     finally:
         del model, trainer
         gc.collect()
         if device != "cpu":
             torch.cuda.empty_cache()
-    return row
 
 
-def variant_overrides(variant: str, recipe: dict[str, Any], batch: int | None = None) -> dict[str, Any]:
-    if variant == "packing":
-        return {"packing": True}
-    if variant == "padding_free":  # TRL truncates only packed or padded rows: records go in whole
-        return {"padding_free": True, "max_length": None}
-    if variant == "packing_no_checkpointing":
-        return {**variant_overrides("no_checkpointing", recipe, batch), "packing": True}
-    if variant == "no_checkpointing":
-        examples = recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"]
-        batch = min(batch or recipe["per_device_train_batch_size"], examples)  # never more examples per step
-        return {"gradient_checkpointing": False, "per_device_train_batch_size": batch,
-                "gradient_accumulation_steps": max(1, examples // batch)}
-    return {}
+def dry_run_gib(config: Any, base_params: int, trainer: Any, recipe: dict[str, Any], plan: Any, tokens: int,
+                dtype: Any) -> float:
+    """train/memory.py's estimate for this run: its weights, adapters, AdamW and one micro-batch of ``tokens``."""
+    from veracity.train.memory import GIB, activation_bytes
+
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    size = dtype.itemsize
+    activations = activation_bytes(config, 1, tokens, plan.checkpointing, size, recipe["lora_target_modules"],
+                                   recipe["lora_dropout"], plan.every_n_layers, plan.liger,
+                                   plan.padding_free and (plan.attention or "sdpa") in ("sdpa", "eager"))
+    return (base_params * size + trainable * (2 * size + 12) + activations) / GIB
 
 
 def read_records(path: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -314,61 +367,105 @@ def fmt(value: float | None, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
-def table(rows: list[Row], info: dict[str, Any], peak: float | None) -> str:
+def table(rows: list[Row], info: dict[str, Any], peak: float | None, rounds: int) -> str:
+    versions = ("python", "torch", "transformers", "trl", "peft", "liger-kernel", "flash-attn")
     lines = [f"device: {info['device']}" + (f" ({info['device_memory_gib']} GiB, CUDA {info['cuda']})"
                                             if "cuda" in info else f", threads {info.get('threads')}, "
                                                                    f"flags: {info.get('cpu_flags') or 'none'}"),
-             "versions: " + ", ".join(f"{k} {info[k]}" for k in ("python", "torch", "transformers", "trl", "peft")),
-             f"MFU: model FLOPs per trained token (SFT 4·N, DPO 6·N) / {peak or '?'} TFLOP/s dense bf16 peak", "",
-             "| job | variant | settings | steps | s/step | non-padding tok/s | total tok/s | peak GiB | MFU | loss |"
-             " note |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "versions: " + ", ".join(f"{k} {info[k]}" for k in versions),
+             f"rounds: {rounds}, variants in rotated order; tok/s and s/step: the median over the rounds, spread: "
+             "(max - min) / median of the non-padding tok/s",
+             "FLOPs per step on the non-padding tokens: SFT 4, DPO 6 per matmul parameter and token (the LM head on "
+             "scored tokens only) + causal attention SFT 6·L·d·s², DPO 8·L·d·s² per record; "
+             f"MFU over {peak or '?'} TFLOP/s dense bf16 peak",
+             "peak GiB: torch.cuda.max_memory_allocated, reset before each run (max over the rounds; not measured on "
+             "a CPU); dry run: train/memory.py for the largest micro-batch run", "",
+             "| job | variant | settings | rounds | steps | s/step | non-padding tok/s | spread | total tok/s | "
+             "TFLOP/step | MFU | peak GiB | dry run GiB | loss | note |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r.job} | {r.variant} | {r.settings} | {r.steps} | {fmt(r.seconds_per_step, '.2f')} | "
-                     f"{fmt(r.nonpad_tokens_per_s, ',.0f')} | {fmt(r.total_tokens_per_s, ',.0f')} | "
-                     f"{fmt(r.peak_gib, '.1f')} | {fmt(r.mfu and 100 * r.mfu, '.1f')}{'%' if r.mfu else ''} | "
-                     f"{fmt(r.loss, '.4f')} | {r.note} |")
+        cells = ["–"] * 10
+        if r.runs:
+            rate, spread = median_spread([m.nonpad / m.seconds for m in r.runs])
+            seconds = statistics.median([m.seconds for m in r.runs])
+            use = mfu(statistics.median([m.flops for m in r.runs]), seconds, peak)
+            peaks = [m.peak_gib for m in r.runs if m.peak_gib is not None]
+            cells = [str(r.runs[0].steps), fmt(statistics.median([m.seconds / m.steps for m in r.runs]), ".2f"),
+                     fmt(rate, ",.0f"), f"{100 * spread:.1f}%", fmt(r.median("total"), ",.0f"),
+                     fmt(statistics.median([m.flops / m.steps for m in r.runs]) / 1e12, ".3g"),
+                     f"{100 * use:.1f}%" if use else "–", fmt(max(peaks) if peaks else None, ".1f"),
+                     fmt(r.dry_run_gib, ".1f"), fmt(r.runs[0].loss, ".4f")]
+        lines.append(f"| {r.job} | {r.variant} | {r.settings} | {len(r.runs)} | " + " | ".join(cells)
+                     + f" | {r.note} |")
     return "\n".join(lines)
+
+
+def run_job(job: str, recipe: dict[str, Any], records: list[dict], tokenizer: Any, args: argparse.Namespace,
+            device: str, limit: float | None, started: float) -> list[Row]:
+    """Every variant of one job, ``--rounds`` times in rotated order; a searched batch is found in the first round."""
+    rows = {v: Row(job, v, "–") for v in args.variants}
+    batches: dict[str, int | None] = {}
+    for round_order in rotation(list(args.variants), args.rounds):
+        for variant in round_order:
+            row = rows[variant]
+            fields = variant_fields(variant, recipe, None, args.checkpoint_every)
+            if job == "dpo" and "packing" in fields:
+                row.note = "packing: not an option of TRL's DPO trainer"
+                continue
+            if row.note and not row.runs:
+                continue  # it failed once (or ran out of time): the same again would fail the same
+            if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
+                row.note = row.note or f"runs left out: over --max_minutes {args.max_minutes:g}"
+                continue
+            tried = [batches[variant]] if variant in batches else (
+                sorted(args.batches, reverse=True) if searches_batch(variant) else [None])
+            for batch in tried:
+                fields = variant_fields(variant, recipe, batch, args.checkpoint_every)
+                measure, settings, note, dry = run_once(job, fields, recipe, records, tokenizer, args, device)
+                fits = measure is not None and (measure.peak_gib is None or limit is None or measure.peak_gib <= limit)
+                if fits or batch == tried[-1]:
+                    batches[variant] = batch
+                    if measure is not None:
+                        row.runs.append(measure)
+                        row.settings, row.dry_run_gib = settings, max(row.dry_run_gib or 0.0, dry or 0.0) or None
+                    row.note = note or (f"peak over --memory_limit_gib {limit:g}" if measure and not fits else "")
+                    break
+                print(f"{job} {variant} batch {batch}: does not fit ({note or f'{measure.peak_gib:.1f} GiB'})",
+                      file=sys.stderr)
+            print(f"{job} {variant}: {row.runs[-1] if row.runs else row.note}", file=sys.stderr, flush=True)
+    return list(rows.values())
 
 
 def main(argv: list[str] | None = None) -> list[Row]:
     args = make_parser().parse_args(argv)
+    for variant in args.variants:
+        variant_fields(variant, {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 1}, None, 2)
     if args.architecture == "tiny" and not args.model:  # a correctness check on the CPU: a few short steps
         args.batch, args.accumulation = args.batch or 2, args.accumulation or 1
         args.max_length = args.max_length or 1024
     from veracity.models.device import resolve_device
 
+    started = time.perf_counter()
     device = resolve_device(args.device)
     info = environment(device)
-    peak = peak_tflops(info["device"], args.peak_tflops) if device != "cpu" else None
+    peak = peak_tflops(info["device"], args.peak_tflops) if device != "cpu" else args.peak_tflops
     limit = args.memory_limit_gib or info.get("device_memory_gib")
     tokenizer = load_tokenizer(args)
-    jobs = [("sft", args.sft_recipe, args.train_file, ("prompt", "completion"), 4.0)]
+    args.vocab_size = len(tokenizer)  # the tiny shape's (a 128k-entry LM head would dominate a CPU check)
+    jobs = []
+    if args.train_file:
+        jobs.append(("sft", args.sft_recipe, args.train_file, ("prompt", "completion")))
     if args.dpo_file:
-        jobs.append(("dpo", args.dpo_recipe, args.dpo_file, ("prompt", "chosen", "rejected"), 6.0))
+        jobs.append(("dpo", args.dpo_recipe, args.dpo_file, ("prompt", "chosen", "rejected")))
     rows: list[Row] = []
-    for job, recipe_path, records_path, fields, flops in jobs:
+    for job, recipe_path, records_path, fields in jobs:
         recipe = recipe_values(recipe_path, args)
-        records = read_records(records_path, fields)
-        for variant in args.variants:
-            if "no_checkpointing" not in variant:
-                rows.append(run_variant(job, variant, variant_overrides(variant, recipe), recipe, records, tokenizer,
-                                        args, device, flops, peak))
-                continue
-            for batch in sorted(args.batches, reverse=True):  # the largest batch whose peak fits
-                row = run_variant(job, variant, variant_overrides(variant, recipe, batch), recipe, records, tokenizer,
-                                  args, device, flops, peak)
-                fits = not row.note and (row.peak_gib is None or limit is None or row.peak_gib <= limit)
-                if fits or batch == min(args.batches):
-                    if not fits and not row.note:
-                        row.note = f"peak over --memory_limit_gib {limit:g}"
-                    rows.append(row)
-                    break
-                print(f"{job} no_checkpointing batch {batch}: does not fit ({row.note or f'{row.peak_gib:.1f} GiB'})",
-                      file=sys.stderr)
-            print(rows[-1], file=sys.stderr, flush=True)
-    print(table(rows, info, peak))
+        rows += run_job(job, recipe, read_records(records_path, fields), tokenizer, args, device, limit, started)
+    print(table(rows, info, peak, args.rounds))
     if args.json:
-        Path(args.json).write_text(json.dumps({"environment": info, "rows": [r.__dict__ for r in rows]}, indent=1))
+        Path(args.json).write_text(json.dumps({"environment": info, "rows": [
+            {**{k: v for k, v in r.__dict__.items() if k != "runs"}, "runs": [m.__dict__ for m in r.runs]}
+            for r in rows]}, indent=1))
     return rows
 
 
