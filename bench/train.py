@@ -113,11 +113,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dpo_file", default="runs/prep/training/dpo.jsonl", help="DPO records; '' skips DPO.")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS),
                         help=f"shipped, or parts joined by '+': {', '.join(PARTS)}.")
+    parser.add_argument("--dpo_variants", nargs="+", default=None, help="DPO's, when not --variants.")
     parser.add_argument("--rounds", type=int, default=2, help="Runs of every variant, in rotated order.")
     parser.add_argument("--steps", type=int, default=4, help="Optimizer steps timed per run.")
     parser.add_argument("--warmup", type=int, default=1, help="Optimizer steps run first and not timed.")
     parser.add_argument("--batches", type=int, nargs="+", default=[16, 8],
                         help="no_checkpointing / selective: per-device batches tried, largest first.")
+    parser.add_argument("--dpo_batches", type=int, nargs="+", default=None, help="DPO's (pairs), when not --batches.")
     parser.add_argument("--checkpoint_every", type=int, default=2, help="selective: every n-th layer recomputes.")
     parser.add_argument("--memory_limit_gib", type=float, default=None,
                         help="A searched batch 'fits' when its peak stays under this (default: the device's memory).")
@@ -267,6 +269,7 @@ def run_once(job: str, fields: dict[str, Any], recipe: dict[str, Any], records: 
     import torch
     from datasets import Dataset
     from peft import LoraConfig
+    from transformers.trainer_callback import PrinterCallback
     from trl import DPOTrainer, SFTTrainer
 
     from veracity.data_prep.errors import InputError
@@ -298,6 +301,7 @@ def run_once(job: str, fields: dict[str, Any], recipe: dict[str, Any], records: 
                 trainer = (SFTTrainer if job == "sft" else DPOTrainer)(
                     model=model, args=config, train_dataset=data, processing_class=tokenizer, peft_config=lora)
             apply_speed(trainer, plan)
+            trainer.remove_callback(PrinterCallback)  # the logs as dicts on stdout: the table is the output
             counter = TokenCounter(trainer.data_collator, plan.unpad_dpo)
             trainer.data_collator = counter
             timer = step_timer()
@@ -403,9 +407,11 @@ def table(rows: list[Row], info: dict[str, Any], peak: float | None, rounds: int
 def run_job(job: str, recipe: dict[str, Any], records: list[dict], tokenizer: Any, args: argparse.Namespace,
             device: str, limit: float | None, started: float) -> list[Row]:
     """Every variant of one job, ``--rounds`` times in rotated order; a searched batch is found in the first round."""
-    rows = {v: Row(job, v, "–") for v in args.variants}
+    variants = (args.dpo_variants or args.variants) if job == "dpo" else args.variants
+    searched = sorted((args.dpo_batches or args.batches) if job == "dpo" else args.batches, reverse=True)
+    rows = {v: Row(job, v, "–") for v in variants}
     batches: dict[str, int | None] = {}
-    for round_order in rotation(list(args.variants), args.rounds):
+    for round_order in rotation(list(variants), args.rounds):
         for variant in round_order:
             row = rows[variant]
             fields = variant_fields(variant, recipe, None, args.checkpoint_every)
@@ -418,7 +424,7 @@ def run_job(job: str, recipe: dict[str, Any], records: list[dict], tokenizer: An
                 row.note = row.note or f"runs left out: over --max_minutes {args.max_minutes:g}"
                 continue
             tried = [batches[variant]] if variant in batches else (
-                sorted(args.batches, reverse=True) if searches_batch(variant) else [None])
+                searched if searches_batch(variant) else [None])
             for batch in tried:
                 fields = variant_fields(variant, recipe, batch, args.checkpoint_every)
                 measure, settings, note, dry = run_once(job, fields, recipe, records, tokenizer, args, device)
@@ -438,7 +444,7 @@ def run_job(job: str, recipe: dict[str, Any], records: list[dict], tokenizer: An
 
 def main(argv: list[str] | None = None) -> list[Row]:
     args = make_parser().parse_args(argv)
-    for variant in args.variants:
+    for variant in args.variants + (args.dpo_variants or []):
         variant_fields(variant, {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 1}, None, 2)
     if args.architecture == "tiny" and not args.model:  # a correctness check on the CPU: a few short steps
         args.batch, args.accumulation = args.batch or 2, args.accumulation or 1
