@@ -120,3 +120,24 @@ def test_a_gpu_only_kernel_on_a_cpu_is_one_error_line_before_any_weights_load(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(starts), err
     assert not out.exists(), "nothing written before the refusal"
+
+
+def test_the_speed_fields_reach_a_dpo_run_through_the_command_line(
+        four_layers: Path, training_files: tuple[Path, Path], tmp_path: Path) -> None:
+    """train_lora builds the trainer with them: the run finishes, records the fields as given, and its summary's dry
+    run estimate is the one for selective checkpointing of padding-free rows."""
+    import json
+
+    import yaml
+
+    out = tmp_path / "dpo"
+    assert cli(["train", "dpo", "--train_file", str(training_files[1]), *_args(four_layers, out), "--max_steps", "2",
+                "--padding_free", "true", "--checkpointing", "selective", "--checkpoint_every", "2",
+                "--attn_implementation", "sdpa", "--learning_rate", "0.001"]) == 0
+    assert (out / "COMPLETED").exists() and (out / "adapter" / "adapter_model.safetensors").exists()
+    recorded = yaml.safe_load((out / "run_config.yaml").read_text())
+    flat = {k: v for part in recorded["config"] for k, v in part.items()}  # script, trainer and model fields
+    assert flat["padding_free"] is True and flat["checkpointing"] == "selective" and flat["checkpoint_every"] == 2
+    estimate = json.loads((out / "training_summary.json").read_text())["dry_run"]
+    assert estimate["checkpointing"] == "selective" and estimate["every_n_layers"] == 2
+    assert estimate["padding_free"] and estimate["packed_mask"] and not estimate["liger"]
