@@ -22,9 +22,10 @@ A variant is ``shipped`` (the recipe) or the recipe plus ``+``-joined parts, eac
 ``packing`` (SFT: TRL's best-fit packing, padding-free rows), ``padding_free`` (rows concatenated, no padding; DPO:
 veracity unpads the pairs), ``liger`` (use_liger_kernel), ``no_checkpointing``, ``selective`` (checkpointing
 selective, every ``--checkpoint_every``-th layer), ``flex`` / ``flash`` / ``eager`` (attn_implementation
-flex_attention / flash_attention_2 / eager). A variant with ``no_checkpointing`` or ``selective`` takes the largest of
-``--batches`` whose peak stays under ``--memory_limit_gib`` (searched in the first round, kept after), accumulation
-scaled to keep the recipe's examples per step.
+flex_attention / flash_attention_2 / eager), ``compile`` (the Trainer's ``torch_compile``; not in the GPU check,
+whose budget a compilation of unknown length would eat). A variant with ``no_checkpointing`` or ``selective`` takes
+the largest of ``--batches`` whose peak stays under ``--memory_limit_gib`` (searched in the first round, kept after),
+accumulation scaled to keep the recipe's examples per step.
 
 FLOPs counted per optimizer step (:func:`model_flops`), on the non-padding tokens only: SFT 4 FLOPs per matmul
 parameter and token (forward 2 + the input gradients 2 through the frozen base), DPO 6 (plus the reference forward);

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-PARTS = ("packing", "padding_free", "liger", "no_checkpointing", "selective", "flex", "flash", "eager")
+PARTS = ("packing", "padding_free", "liger", "no_checkpointing", "selective", "flex", "flash", "eager", "compile")
 ATTENTION = {"flex": "flex_attention", "flash": "flash_attention_2", "eager": "eager"}
 
 
@@ -67,6 +67,8 @@ def variant_fields(variant: str, recipe: dict[str, Any], batch: int | None, chec
         fields["padding_free"] = True
     if "liger" in parts:
         fields["use_liger_kernel"] = True
+    if "compile" in parts:  # the Trainer's torch.compile of the model (its first steps compile: raise --warmup)
+        fields["torch_compile"] = True
     if "no_checkpointing" in parts or "selective" in parts:
         fields["checkpointing"] = "none" if "no_checkpointing" in parts else "selective"
         examples = recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"]

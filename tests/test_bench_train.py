@@ -67,6 +67,8 @@ def test_a_variant_is_the_recipe_plus_its_parts(figures) -> None:  # noqa: ANN00
     assert figures.variant_fields("selective+flex", recipe, None, 4) == {
         "checkpointing": "selective", "checkpoint_every": 4, "per_device_train_batch_size": 4,
         "gradient_accumulation_steps": 8, "attn_implementation": "flex_attention"}
+    assert figures.variant_fields("padding_free+compile", recipe, None, 2) == {"padding_free": True,
+                                                                                "torch_compile": True}
     with pytest.raises(ValueError, match="unknown part"):
         figures.variant_fields("no_checkpointing+fast", recipe, None, 2)
 
