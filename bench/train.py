@@ -405,42 +405,48 @@ def table(rows: list[Row], info: dict[str, Any], peak: float | None, rounds: int
     return "\n".join(lines)
 
 
-def run_job(job: str, recipe: dict[str, Any], records: list[dict], tokenizer: Any, args: argparse.Namespace,
-            device: str, limit: float | None, started: float) -> list[Row]:
-    """Every variant of one job, ``--rounds`` times in rotated order; a searched batch is found in the first round."""
-    variants = (args.dpo_variants or args.variants) if job == "dpo" else args.variants
-    searched = sorted((args.dpo_batches or args.batches) if job == "dpo" else args.batches, reverse=True)
-    rows = {v: Row(job, v, "–") for v in variants}
-    batches: dict[str, int | None] = {}
-    for round_order in rotation(list(variants), args.rounds):
-        for variant in round_order:
-            row = rows[variant]
-            fields = variant_fields(variant, recipe, None, args.checkpoint_every)
-            if job == "dpo" and "packing" in fields:
-                row.note = "packing: not an option of TRL's DPO trainer"
-                continue
-            if row.note and not row.runs:
-                continue  # it failed once (or ran out of time): the same again would fail the same
-            if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
-                row.note = row.note or f"runs left out: over --max_minutes {args.max_minutes:g}"
-                continue
-            tried = [batches[variant]] if variant in batches else (
-                searched if searches_batch(variant) else [None])
-            for batch in tried:
-                fields = variant_fields(variant, recipe, batch, args.checkpoint_every)
-                measure, settings, note, dry = run_once(job, fields, recipe, records, tokenizer, args, device)
-                fits = measure is not None and (measure.peak_gib is None or limit is None or measure.peak_gib <= limit)
-                if fits or batch == tried[-1]:
-                    batches[variant] = batch
-                    if measure is not None:
-                        row.runs.append(measure)
-                        row.settings, row.dry_run_gib = settings, max(row.dry_run_gib or 0.0, dry or 0.0) or None
-                    row.note = note or (f"peak over --memory_limit_gib {limit:g}" if measure and not fits else "")
-                    break
-                print(f"{job} {variant} batch {batch}: does not fit ({note or f'{measure.peak_gib:.1f} GiB'})",
-                      file=sys.stderr)
-            print(f"{job} {variant}: {row.runs[-1] if row.runs else row.note}", file=sys.stderr, flush=True)
-    return list(rows.values())
+@dataclass
+class Job:
+    """One job's variants across the rounds: their rows and the batch each searched variant settled on."""
+
+    name: str
+    recipe: dict[str, Any]
+    records: list[dict]
+    variants: list[str]
+    searched: list[int]
+    rows: dict[str, Row] = field(default_factory=dict)
+    batches: dict[str, int | None] = field(default_factory=dict)
+
+
+def run_round(job: Job, order: list[str], tokenizer: Any, args: argparse.Namespace, device: str,
+              limit: float | None, started: float) -> None:
+    """One round of a job's variants in ``order``; a searched batch is found the first time a variant runs."""
+    for variant in order:
+        row = job.rows.setdefault(variant, Row(job.name, variant, "–"))
+        if job.name == "dpo" and "packing" in variant_fields(variant, job.recipe, None, 2):
+            row.note = "packing: not an option of TRL's DPO trainer"
+            continue
+        if row.note and not row.runs:
+            continue  # it failed once (or ran out of time): the same again would fail the same
+        if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
+            row.note = row.note or f"runs left out: over --max_minutes {args.max_minutes:g}"
+            continue
+        tried = [job.batches[variant]] if variant in job.batches else (
+            job.searched if searches_batch(variant) else [None])
+        for batch in tried:
+            fields = variant_fields(variant, job.recipe, batch, args.checkpoint_every)
+            measure, settings, note, dry = run_once(job.name, fields, job.recipe, job.records, tokenizer, args, device)
+            fits = measure is not None and (measure.peak_gib is None or limit is None or measure.peak_gib <= limit)
+            if fits or batch == tried[-1]:
+                job.batches[variant] = batch
+                if measure is not None:
+                    row.runs.append(measure)
+                    row.settings, row.dry_run_gib = settings, max(row.dry_run_gib or 0.0, dry or 0.0) or None
+                row.note = note or (f"peak over --memory_limit_gib {limit:g}" if measure and not fits else "")
+                break
+            print(f"{job.name} {variant} batch {batch}: does not fit ({note or f'{measure.peak_gib:.1f} GiB'})",
+                  file=sys.stderr)
+        print(f"{job.name} {variant}: {row.runs[-1] if row.runs else row.note}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> list[Row]:
@@ -464,10 +470,14 @@ def main(argv: list[str] | None = None) -> list[Row]:
         jobs.append(("sft", args.sft_recipe, args.train_file, ("prompt", "completion")))
     if args.dpo_file:
         jobs.append(("dpo", args.dpo_recipe, args.dpo_file, ("prompt", "chosen", "rejected")))
-    rows: list[Row] = []
-    for job, recipe_path, records_path, fields in jobs:
-        recipe = recipe_values(recipe_path, args)
-        rows += run_job(job, recipe, read_records(records_path, fields), tokenizer, args, device, limit, started)
+    states = [Job(name, recipe_values(recipe_path, args), read_records(records_path, fields),
+                  list((args.dpo_variants or args.variants) if name == "dpo" else args.variants),
+                  sorted((args.dpo_batches or args.batches) if name == "dpo" else args.batches, reverse=True))
+              for name, recipe_path, records_path, fields in jobs]
+    for number in range(args.rounds):  # round by round over the jobs: a time limit shortens the last rounds of all
+        for job in states:
+            run_round(job, rotation(job.variants, args.rounds)[number], tokenizer, args, device, limit, started)
+    rows = [job.rows[v] for job in states for v in job.variants]
     print(table(rows, info, peak, args.rounds))
     if args.json:
         Path(args.json).write_text(json.dumps({"environment": info, "rows": [

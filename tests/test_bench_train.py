@@ -118,3 +118,16 @@ def test_train_bench_runs_every_variant_in_rounds_with_counted_tokens(tiny_lm_di
     assert f"| {100 * use:.1f}% |" in next(line for line in table.splitlines() if line.startswith("| sft | shipped"))
     saved = json.loads(out.read_text())
     assert saved["environment"]["device"].startswith("CPU") and len(saved["rows"]) == 10
+
+
+def test_past_max_minutes_no_run_starts_and_the_table_says_so(tiny_lm_dir: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_script("bench/train.py")
+    sft, dpo = write_tiny_training_sets(tmp_path, records=4)
+    rows = bench.main(["--variants", "shipped", "padding_free", "--architecture", "tiny", "--tokenizer",
+                       str(tiny_lm_dir), "--train_file", str(sft), "--dpo_file", str(dpo), "--device", "cpu",
+                       "--max_minutes", "1e-9"])
+    assert [(r.job, r.variant, len(r.runs)) for r in rows] == [("sft", "shipped", 0), ("sft", "padding_free", 0),
+                                                                ("dpo", "shipped", 0), ("dpo", "padding_free", 0)]
+    assert all(r.note == "runs left out: over --max_minutes 1e-09" for r in rows)
+    assert capsys.readouterr().out.count("| runs left out: over --max_minutes 1e-09 |") == 4
