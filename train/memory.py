@@ -246,7 +246,8 @@ def recipe_speed(script: Any, training_args: Any, model_args: Any) -> dict[str, 
     """The speed fields of a recipe as the dry run counts them (train/speed.py); a run record written before they
     existed reads as the recipe it was: checkpointing from ``gradient_checkpointing``, padded rows, no Liger."""
     mode = checkpointing_mode(getattr(script, "checkpointing", None), bool(training_args.gradient_checkpointing))
-    unpadded = bool(getattr(training_args, "padding_free", False) or getattr(training_args, "packing", False))
+    unpadded = bool(getattr(training_args, "padding_free", False) or getattr(training_args, "packing", False)
+                    and getattr(training_args, "packing_strategy", "bfd") in ("bfd", "bfd_split"))
     attention = getattr(model_args, "attn_implementation", None) or "sdpa"
     return {"checkpointing": mode, "every_n_layers": getattr(script, "checkpoint_every", 2) if mode == "selective"
             else 1, "padding_free": unpadded, "liger": bool(getattr(training_args, "use_liger_kernel", False)),

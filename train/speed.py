@@ -113,12 +113,14 @@ def resolve_speed(training_args: Any, checkpointing: str | None, checkpoint_ever
     padding_free = bool(getattr(training_args, "padding_free", False))
     is_dpo = type(training_args).__name__ == "DPOConfig"
     packing = bool(getattr(training_args, "packing", False))
+    # TRL's best-fit packing gives padding-free rows (positions restart per record); "wrapped" packing cuts records
+    packed_rows = packing and getattr(training_args, "packing_strategy", "bfd") in ("bfd", "bfd_split")
     if padding_free and not is_dpo and not packing and training_args.max_length is not None:
         raise InputError(f"padding_free without packing: TRL cannot cut unpadded rows at max_length "
                          f"{training_args.max_length}. Set max_length: null (records go in whole) or packing: true "
                          "(records packed into rows of max_length, padding-free as well)")
     plan = SpeedPlan(checkpointing=mode, every_n_layers=checkpoint_every if mode == "selective" else 1,
-                     padding_free=padding_free or packing, unpad_dpo=padding_free and is_dpo, liger=liger,
+                     padding_free=padding_free or packed_rows, unpad_dpo=padding_free and is_dpo, liger=liger,
                      attention=attention)
     logger.info("speed: %s", plan.describe())
     return plan
