@@ -18,7 +18,7 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
                  "TRANSFORMERS_NO_ADVISORY_WARNINGS", "TOKENIZERS_PARALLELISM"):
         monkeypatch.delenv(name, raising=False)  # restored after the test: quiet mode sets them
     # through the command, as a person runs it: quiet by default
-    argv = ["demo", "--data_root", str(data_root), "--output_dir", str(tmp_path / "demo"), "--sft_steps", "1",
+    argv = ["demo", "--data_root", str(data_root), "--output_dir", str(tmp_path / "demo"), "--sft_steps", "2",
             "--nli_quick_steps", "1", "--dpo_steps", "1"]
     cli.main(argv)
     captured = capsys.readouterr()
@@ -44,6 +44,10 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
                for line in predictions for c in json.loads(line)["result"]["candidates"])
     assert f"parse failures: 0 of {len(predictions)} candidates" in out
     assert (tmp_path / "demo" / "sft" / "adapter" / "adapter_model.safetensors").exists()
+    # the SFT smoke run keeps two checkpoints, both scored on a few claims; its report is on disk
+    sweep = json.loads((tmp_path / "demo" / "sft" / "checkpoints" / "table.json").read_text())
+    assert [r["checkpoint"] for r in sweep["rows"]] == ["base", "checkpoint-1", "checkpoint-2"] and sweep["best"]
+    assert (tmp_path / "demo" / "sft" / "report.html").exists()
     assert "QUICK version" in out and "41.94 M trainable" in out
     assert json.loads((tmp_path / "demo" / "nli_eval" / "metrics.json").read_text())
     for run in ("full", "nli_only"):  # R2VC written like any `infer r2vc` run
@@ -63,7 +67,8 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     table = out.split("== 9. ")[1]
     lines = [line.split(" | ") for line in table.splitlines() if line.startswith("| ")]
     rows = {cells[0].strip("| "): cells for cells in lines}
-    for pipeline, folder, metric in (("R2VC (full)", "r2vc/full", "accuracy"),
+    for pipeline, folder, metric in (("SFT (2 steps)", "sft", "best checkpoint's macro-F1"),
+                                     ("R2VC (full)", "r2vc/full", "accuracy"),
                                      ("R2VC (nli_only)", "r2vc/nli_only", "accuracy"),
                                      ("AIC", "aic", "old AVeriTeC score"),
                                      ("SciClaimSeekers", "sciclaimseekers", "MRR@5"), ("UTS", "uts", "M4")):

@@ -9,7 +9,8 @@ cross-encoder rerank) on a slice of its dev queries; (4) offline batch inference
 the engine layer over a few VitaminC claims, resumable, decoding constrained to the answer's JSON schema, with
 the response cache (run the demo twice: the second run replays from the cache);
 (5) training: SFT/DPO training sets, a short SFT run of the
-embedded LoRA recipe, the 8B recipe's dry run, and the NLI verifier — the cached one when installed, otherwise a
+embedded LoRA recipe (its report, and its two checkpoints scored on a few claims: ``eval checkpoints``), the 8B
+recipe's dry run, and the NLI verifier — the cached one when installed, otherwise a
 short, clearly labelled quick version — evaluated on dev pairs; (6) R2VC end to end on a slice of the
 FEVER-Symmetric and VitaminC dev splits: the calibrator fit on a calib slice, then the full pipeline and the NLI-only
 ablation, written to ``<output_dir>/r2vc/`` like any ``veracity infer r2vc`` run. The generator is the merged SFT
@@ -37,8 +38,9 @@ from veracity.data_prep.prepare import PrepConfig, format_summary, prepare
 from veracity.data_prep.prepared import read_prepared
 from veracity.data_prep.readers import read_jsonl
 from veracity.data_prep.schema import TERNARY_LABELS
-from veracity.demo_tour import headline_table, r2vc_headlines, stage_dpo, stage_pipelines, verdict_line
+from veracity.demo_tour import Headline, headline_table, r2vc_headlines, stage_dpo, stage_pipelines, verdict_line
 from veracity.infer.checkpoint_eval import main as evaluate_checkpoint
+from veracity.infer.checkpoint_sweep import main as evaluate_checkpoints
 from veracity.infer.eval.r2vc import table_cell
 from veracity.infer.generate import main as generate
 from veracity.infer.pipelines.r2vc.run import main as r2vc
@@ -62,7 +64,10 @@ class DemoConfig:
     skip_models: bool = field(default=False, metadata={"help": "Only run the data stage."})
     retrieval_queries: int = field(default=50, metadata={"help": "Dev queries scored in the retrieval stage."})
     generate_items: int = field(default=4, metadata={"help": "Claims sent through the engine in stage 4."})
-    sft_steps: int = field(default=2, metadata={"help": "Steps of the embedded SFT recipe in stage 5."})
+    sft_steps: int = field(default=2, metadata={"help": "Steps of the embedded SFT recipe in stage 5 (a checkpoint "
+                                                         "at each half)."})
+    checkpoint_examples: int = field(default=3, metadata={
+        "help": "VitaminC dev claims each SFT checkpoint is scored on in stage 5."})
     nli_quick_steps: int = field(default=20, metadata={"help": "Steps of the quick verifier if none is cached."})
     r2vc_examples: int = field(default=16, metadata={"help": "Dev claims per source in the R2VC stage."})
     r2vc_calib_examples: int = field(default=60, metadata={
@@ -158,14 +163,21 @@ def stage_generate(config: DemoConfig) -> None:
     print(f"-> {predictions} (resumable; the same command skips finished items)\n")
 
 
-def stage_train(config: DemoConfig) -> None:
+def stage_train(config: DemoConfig) -> Headline:
     out = Path(config.output_dir)
     recipes = Path(__file__).resolve().parents[1] / "configs" / "train"
     training_sets(["--prepared_dir", str(out / "prep"), "--output_dir", str(out / "training")])
+    # a checkpoint every half of the run: the two the sweep below scores (the recipe keeps two)
     sft(["--config", str(recipes / "sft_lora_smollm2_cpu.yaml"), "--train_file", str(out / "training" / "sft.jsonl"),
-         "--output_dir", str(out / "sft"), "--max_steps", str(config.sft_steps), "--save_steps", "1000",
-         "--logging_steps", "1", "--disable_tqdm", "true"])
-    print(f"-> SFT adapter (a {config.sft_steps}-step smoke run of the recipe) in {out / 'sft' / 'adapter'}")
+         "--output_dir", str(out / "sft"), "--max_steps", str(config.sft_steps),
+         "--save_steps", str(max(config.sft_steps // 2, 1)), "--logging_steps", "1", "--disable_tqdm", "true"])
+    print(f"-> SFT adapter (a {config.sft_steps}-step smoke run of the recipe) in {out / 'sft' / 'adapter'}, its "
+          f"report in {out / 'sft' / 'report.html'}")
+    sweep = evaluate_checkpoints([str(out / "sft"), "--prepared_dir", str(out / "prep"), "--sources", "vitaminc",
+                                  "--max_examples", str(config.checkpoint_examples), "--rationale_max_chars", "80"])
+    print(f"-> every checkpoint scored on {config.checkpoint_examples} VitaminC dev claims: "
+          f"{out / 'sft' / 'checkpoints' / 'table.md'} (`veracity train merge --run_dir {out / 'sft'} --checkpoint "
+          "best` merges the best)")
     sft(["--config", str(recipes / "sft_lora_nemotron8b.yaml"), "--dry_run", "true"])
     try:
         verifier = resolve_model("nli_verifier")
@@ -180,6 +192,12 @@ def stage_train(config: DemoConfig) -> None:
     evaluate_checkpoint(["--kind", "nli", "--prepared_dir", str(out / "prep"), "--output_dir",
                          str(out / "nli_eval"), "--max_examples", "100"])
     print(f"-> verifier metrics in {out / 'nli_eval'}\n")
+    rows = {row["checkpoint"]: row for row in sweep["rows"]}
+    return Headline(f"SFT ({config.sft_steps} steps)", f"VitaminC dev, {config.checkpoint_examples} claims",
+                    "best checkpoint's macro-F1", rows.get(sweep["best"], {}).get("macro_f1"),
+                    str(out / "sft" / "report.html"),
+                    f"{sweep['best']}; the base model {table_cell(rows.get('base', {}).get('macro_f1'))} "
+                    f"({out / 'sft' / 'checkpoints' / 'table.md'})")
 
 
 def stage_r2vc(config: DemoConfig) -> dict[str, dict[str, Any]]:
@@ -238,8 +256,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         stage_retrieval(config)
         print("== 4. offline batch inference (engine, parsing, cache, resumable output)")
         stage_generate(config)
-        print("== 5. training (training sets, SFT smoke run, 8B dry run, NLI verifier)")
-        stage_train(config)
+        print("== 5. training (training sets, SFT smoke run and its checkpoints scored, 8B dry run, NLI verifier)")
+        training = stage_train(config)
         print("== 6. R2VC: candidates, verifier signals, calibrator, two-stage abstention")
         r2vc_runs = stage_r2vc(config)
         print("== 7. DPO smoke run (the embedded recipe on the SFT model)")
@@ -248,6 +266,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows = stage_pipelines(Path(config.output_dir), config.aic_examples, config.sciclaim_examples,
                                config.uts_examples)
         print("== 9. every pipeline's headline metric (a few items each: the path working, not the numbers)\n")
-        print(headline_table([*r2vc_headlines(r2vc_runs), *rows]))
+        print(headline_table([training, *r2vc_headlines(r2vc_runs), *rows]))
         print(f"\n{verdict_line(r2vc_runs)}\n")
     print(f"demo finished; everything is under {config.output_dir}")
