@@ -23,8 +23,9 @@ def test_demo_runs_every_stage(data_root: Path, tmp_path: Path, embedded_cache: 
     cli.main(argv)
     captured = capsys.readouterr()
     out = captured.out
-    # what a person sees fits on a few screens: stage headers and tables, no third-party bars or warnings
-    assert len(out.splitlines()) < 200, len(out.splitlines())
+    # what a person sees fits on a few screens: stage headers and tables, no third-party bars or warnings (220: the
+    # SFT run's checkpoint table and the dry run's checkpointing modes joined stage 5; 211 lines at a406f4c)
+    assert len(out.splitlines()) < 220, len(out.splitlines())
     for noise in ("Loading weights", "Map:", "Tokenizing train dataset", "Writing model shards", "FutureWarning",
                   "UserWarning"):
         assert noise not in captured.err, noise
