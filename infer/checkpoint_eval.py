@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -175,6 +175,19 @@ def evaluate_nli(scorer: NLIVerifier, examples: list[ClaimExample]) -> Evaluatio
                                                    for name, x in zip(NLI_LABELS, row, strict=True)})
             for e, pred, row in zip(examples, predictions, probs, strict=True)]
     return metrics, rows
+
+
+def mean_over_sources(results: Mapping[str, Mapping[str, Any]], metrics: Sequence[str]) -> dict[str, float | None]:
+    """Each of ``metrics`` averaged over the sources of ``results`` (``{source: metrics}``) that have it: a source
+    with no example, or a metric that is None there (a generator's quote_format_rate when nothing parsed), is left
+    out rather than counted as 0; None where no source has it. What a checkpoint sweep's table and the task scores
+    during training report."""
+    scored = [r for r in results.values() if r.get("examples")]
+    means: dict[str, float | None] = {}
+    for metric in metrics:
+        values = [float(r[metric]) for r in scored if isinstance(r.get(metric), (int, float))]
+        means[metric] = sum(values) / len(values) if values else None
+    return means
 
 
 def markdown(results: dict[str, dict[str, Any]], kind: str) -> str:

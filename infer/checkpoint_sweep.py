@@ -29,7 +29,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +37,13 @@ from typing import Any
 from veracity.config import make_parser as parser_for
 from veracity.config import parse_config
 from veracity.data_prep.errors import InputError
-from veracity.infer.checkpoint_eval import CheckpointEvalArgs, evaluate_checkpoint
+from veracity.infer.checkpoint_eval import CheckpointEvalArgs, evaluate_checkpoint, mean_over_sources
 from veracity.infer.plots import lines_over_steps
 from veracity.io import write_json
 from veracity.models.engine import EngineConfig
 from veracity.models.fingerprint import model_fingerprint
 from veracity.models.registry import resolve_model
-from veracity.rundir import read_run_config, to_plain
+from veracity.rundir import checkpoint_dirs, checkpoint_step, read_run_config, to_plain
 
 logger = logging.getLogger(__name__)
 
@@ -109,15 +108,6 @@ def base_model(run_dir: Path, run_config: dict[str, Any]) -> str:
     return "embedded"
 
 
-def step_of(folder: Path) -> int | None:
-    """The global step a folder's weights were saved at: ``checkpoint-N``'s N, or its trainer state's."""
-    found = re.fullmatch(r"checkpoint-(\d+)", folder.name)
-    if found:
-        return int(found.group(1))
-    state = folder / "trainer_state.json"
-    return json.loads(state.read_text(encoding="utf-8")).get("global_step") if state.is_file() else None
-
-
 def weights_digest(folder: Path) -> str:
     """sha256 of a folder's weight files (not its optimizer state): equal for a checkpoint and the final adapter
     saved from the same step."""
@@ -129,16 +119,14 @@ def weights_digest(folder: Path) -> str:
 
 
 def find_checkpoints(run_dir: Path, kind: str) -> list[Checkpoint]:
-    """The run's ``checkpoint-*`` folders by step, then its final weights (when they differ from the last one)."""
-    found = sorted((Checkpoint(p.name, step, p) for p in run_dir.glob("checkpoint-*")
-                    if p.is_dir() and (step := step_of(p)) is not None), key=lambda c: c.step)
+    """The run's ``checkpoint-*`` folders by step, then its final weights (when they differ from the last one), at
+    the run's last step (its trainer state's ``max_steps``)."""
+    found = [Checkpoint(p.name, checkpoint_step(p), p) for p in checkpoint_dirs(run_dir)]
     final = run_dir / FINAL[kind]
     if final.is_dir() and not (found and weights_digest(final) == weights_digest(found[-1].path)):
-        last = max([c.step for c in found], default=0)
-        state = max(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: step_of(p.parent) or 0,
-                    default=None)
-        total = json.loads(state.read_text()).get("max_steps") if state else None
-        found.append(Checkpoint(final.name, int(total or last + 1), final))
+        state = found[-1].path / "trainer_state.json" if found else None
+        total = json.loads(state.read_text()).get("max_steps") if state and state.is_file() else None
+        found.append(Checkpoint(final.name, int(total or (found[-1].step if found else 0) + 1), final))
     return found
 
 
@@ -181,11 +169,8 @@ def table(scores: dict[Checkpoint, dict[str, Any]], columns: Sequence[str]) -> l
     """One row per checkpoint: each metric's mean over the sources, then per source."""
     rows = []
     for checkpoint, by_source in scores.items():
-        row: dict[str, Any] = {"checkpoint": checkpoint.name, "step": checkpoint.step}
-        for metric in columns:
-            values = [m.get(metric) for m in by_source.values()]
-            known = [v for v in values if v is not None]
-            row[metric] = sum(known) / len(known) if known else None
+        row: dict[str, Any] = {"checkpoint": checkpoint.name, "step": checkpoint.step,
+                               **mean_over_sources(by_source, columns)}
         for source, metrics in by_source.items():
             row.update({f"{source}/{metric}": metrics.get(metric) for metric in columns})
         rows.append(row)

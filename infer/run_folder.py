@@ -172,6 +172,7 @@ class RecordFacts:
         self.decodings: Counter[str] = Counter()
         self.devices: Counter[str] = Counter()
         self.count(self.layout_records())
+        self.recorded: tuple[Any, Any] | None = None  # what observe() last wrote into the run record
 
     def layout_records(self) -> list[dict[str, Any]]:
         """The last record of each id in the layout's files, as far as their last whole line (a sibling may be
@@ -210,9 +211,13 @@ class RecordFacts:
         return summarise_devices(self.devices)
 
     def observe(self, records: list[dict[str, Any]]) -> None:
-        """Count a batch just written and rewrite the run record if what the records say changed."""
+        """Count a batch just written and rewrite the run record if what the records say changed (the run record
+        is read only then, not after every batch)."""
         self.count(records)
-        record_facts(self.folder, decoding=self.decoding(), device=self.device())
+        now = (self.decoding(), self.device())
+        if now != self.recorded:
+            record_facts(self.folder, decoding=now[0], device=now[1])
+            self.recorded = now
 
     def finish(self) -> None:
         """Count every record of the layout again (a sibling shard's too) and rewrite the run record; under the

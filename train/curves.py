@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from veracity.rundir import checkpoint_dirs
 from veracity.train.task_scores import TASK_SET
 
 # Logged values that are no curve: counters, timings, the run's mean loss (one number, logged at the end).
@@ -34,12 +35,6 @@ TITLES = {
 }
 
 Curves = dict[str, dict[str, tuple[list[float], list[float]]]]  # quantity → series → (steps, values)
-
-
-def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
-    """The run's ``checkpoint-N`` folders, oldest step first (by number: checkpoint-100 after checkpoint-50)."""
-    found = [p for p in Path(run_dir).glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
 
 
 def read_log_history(run_dir: str | Path) -> tuple[list[dict[str, Any]], Path | None]:

@@ -25,6 +25,7 @@ from veracity.io import atomic_directory, is_completed
 from veracity.made_by import made_by
 from veracity.models.model_card import command_line, hub_id, write_model_card
 from veracity.models.registry import resolve_model
+from veracity.rundir import checkpoint_dirs
 
 
 @dataclass
@@ -119,7 +120,7 @@ def run_adapter(run_dir: Path, checkpoint: str | None) -> tuple[Path, str | None
         return Path(best["path"]), best.get("base")
     adapter = run_dir / (checkpoint or "adapter")
     if not adapter.is_dir():
-        kept = sorted(p.name for p in run_dir.glob("checkpoint-*"))
+        kept = [p.name for p in checkpoint_dirs(run_dir)]
         raise InputError(f"{adapter}: no such folder in the run (its checkpoints: {', '.join(kept) or 'none'})")
     from veracity.infer.checkpoint_sweep import base_model  # lazy: the sweep's one rule for a run's base
 

@@ -38,7 +38,8 @@ from veracity.infer.report_html import (
 )
 from veracity.infer.report_text import Html, esc, fmt, kv, table, text
 from veracity.io import atomic_writer, is_completed, sha256_file, write_json
-from veracity.train.curves import checkpoint_dirs, history_curves, read_log_history, write_curves
+from veracity.rundir import checkpoint_dirs
+from veracity.train.curves import history_curves, read_log_history, write_curves
 from veracity.train.run_summary import SUMMARY_FILE, file_facts, peak_memory, throughput
 
 logger = logging.getLogger(__name__)

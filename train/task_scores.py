@@ -25,15 +25,10 @@ SCORED = ("accuracy", "macro_f1", "parse_failure_rate", "quote_format_rate", "ec
 
 
 def mean_scores(results: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Each scored metric's mean over the sources that have it: a source with no dev example, or a generator's
-    ``quote_format_rate`` when nothing parsed (None), is left out rather than counted as 0."""
-    means = {}
-    scored = [r for r in results.values() if r.get("examples")]
-    for metric in SCORED:
-        values = [float(r[metric]) for r in scored if isinstance(r.get(metric), (int, float))]
-        if values:
-            means[metric] = sum(values) / len(values)
-    return means
+    """Each scored metric's mean over the sources that have it (``mean_over_sources``); those none has left out."""
+    from veracity.infer.checkpoint_eval import mean_over_sources  # lazy, as below: the evaluation is loaded to score
+
+    return {k: v for k, v in mean_over_sources(results, SCORED).items() if v is not None}
 
 
 def task_score_callback(kind: str, prepared_dir: str, sources: Sequence[str], examples: int,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from veracity.config import OneLineErrors
 from veracity.data_prep.errors import InputError
+from veracity.rundir import read_run_config
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -30,18 +31,16 @@ def main(argv: Sequence[str] | None = None) -> Path:
     Raises:
         InputError: ``RUN_DIR`` is no folder, has no ``run_config.yaml``, or (a pipeline run) holds no records.
     """
-    import yaml  # lazy, as below: `veracity --help` imports this module's parser only when asked
-
     run_dir = make_parser().parse_args(argv).run_dir
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such folder (give a run folder: one with run_config.yaml)")
     record = run_dir / "run_config.yaml"
     if not record.is_file():
         raise InputError(f"{run_dir}: no run_config.yaml, so not a run folder (every veracity job writes one first)")
-    try:
-        job = str((yaml.safe_load(record.read_text(encoding="utf-8")) or {}).get("job", ""))
-    except (yaml.YAMLError, AttributeError) as error:
-        raise InputError(f"{record}: not a run record ({type(error).__name__})") from None
+    recorded = read_run_config(record, run_dir)  # unreadable: one error line, as a resume's check says it
+    if not isinstance(recorded, dict):
+        raise InputError(f"{record}: not a run record (not a mapping)")
+    job = str(recorded.get("job", ""))
     if job.startswith("train "):
         from veracity.train.report import write_training_report
 

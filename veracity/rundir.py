@@ -177,6 +177,18 @@ def record_facts(run_dir: str | Path, *, decoding: dict[str, Any] | None = None,
     return True
 
 
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """A training run's ``checkpoint-N`` folders, oldest step first (by number: checkpoint-100 after checkpoint-50):
+    what its report, its checkpoint sweep and a merge of one of them read."""
+    found = [p for p in Path(run_dir).glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The training step a ``checkpoint-N`` folder was saved at: N."""
+    return int(folder.name.split("-")[-1])
+
+
 def differences(old: Any, new: Any, path: str = "") -> list[str]:
     """Where two recorded configs differ, as ``key: old → new`` lines (keys in RESUMABLE_FIELDS ignored)."""
     if isinstance(old, dict) and isinstance(new, dict):
