@@ -178,14 +178,12 @@ def evaluate_nli(scorer: NLIVerifier, examples: list[ClaimExample]) -> Evaluatio
 
 
 def mean_over_sources(results: Mapping[str, Mapping[str, Any]], metrics: Sequence[str]) -> dict[str, float | None]:
-    """Each of ``metrics`` averaged over the sources of ``results`` (``{source: metrics}``) that have it: a source
-    with no example, or a metric that is None there (a generator's quote_format_rate when nothing parsed), is left
-    out rather than counted as 0; None where no source has it. What a checkpoint sweep's table and the task scores
-    during training report."""
-    scored = [r for r in results.values() if r.get("examples")]
+    """Each of ``metrics`` averaged over the sources of ``results`` (``{source: metrics}``) where it is a number: a
+    metric that is None there (a generator's quote_format_rate when nothing parsed) is left out rather than counted
+    as 0; None where no source has it. What a checkpoint sweep's table and the task scores during training report."""
     means: dict[str, float | None] = {}
     for metric in metrics:
-        values = [float(r[metric]) for r in scored if isinstance(r.get(metric), (int, float))]
+        values = [float(r[metric]) for r in results.values() if isinstance(r.get(metric), (int, float))]
         means[metric] = sum(values) / len(values) if values else None
     return means
 

@@ -25,10 +25,12 @@ SCORED = ("accuracy", "macro_f1", "parse_failure_rate", "quote_format_rate", "ec
 
 
 def mean_scores(results: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Each scored metric's mean over the sources that have it (``mean_over_sources``); those none has left out."""
+    """Each scored metric's mean (``mean_over_sources``) over the sources with dev examples (one without any is
+    left out rather than counted as 0); metrics none of them has, left out."""
     from veracity.infer.checkpoint_eval import mean_over_sources  # lazy, as below: the evaluation is loaded to score
 
-    return {k: v for k, v in mean_over_sources(results, SCORED).items() if v is not None}
+    scored = {source: r for source, r in results.items() if r.get("examples")}
+    return {k: v for k, v in mean_over_sources(scored, SCORED).items() if v is not None}
 
 
 def task_score_callback(kind: str, prepared_dir: str, sources: Sequence[str], examples: int,
